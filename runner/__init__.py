@@ -1,0 +1,1 @@
+"""t5x-style runner on JAX SPMD: partitioning, training, evaluation, inference."""

@@ -1,0 +1,1 @@
+"""Thin command lines over runner/ and models/."""

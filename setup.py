@@ -1,0 +1,35 @@
+"""T5 scoring models, tasks and a t5x-style runner on JAX SPMD."""
+import setuptools
+
+setuptools.setup(
+    name="t5-scoring",
+    version="0.1.0",
+    description="T5.1.1 encoder-decoders that score language: candidate likelihoods and reward heads.",
+    python_requires=">=3.10",
+    packages=setuptools.find_packages(include=["models*", "runner*", "scripts*", "t5_tasks*"]),
+    package_data={"t5_tasks": ["data/*"]},
+    install_requires=[
+        "jax",
+        "flax",
+        "optax",
+        "orbax-checkpoint",
+        "seqio",
+        "tensorflow-datasets",
+        "gin-config",
+        "clu",
+        "numpy",
+        "scipy",
+        "scikit-learn",
+        "matplotlib",
+    ],
+    extras_require={
+        "test": [
+            "pytest",
+            "pytest-xdist",
+            "hypothesis",
+            "torch==2.13.0",
+            "transformers",
+            "safetensors",
+        ],
+    },
+)
