@@ -1,0 +1,163 @@
+"""Import a Hugging Face T5 checkpoint (config.json + *.safetensors) into this project's parameters.
+
+Every HF tensor maps by rule onto exactly one parameter path of `models.network.Transformer`;
+a missing, extra or mis-shaped tensor is an error naming it. Pickled `.bin` files are never
+loaded (unpickling runs arbitrary code).
+"""
+import json
+import pathlib
+import re
+
+import jax
+import numpy as np
+from flax import traverse_util
+
+from models.config import T5Config
+from models.network import init_params
+
+_FEED_FORWARD = {
+    "gated-gelu": ("gelu", "linear"),
+    "gated-relu": ("relu", "linear"),
+    "gated-silu": ("silu", "linear"),
+    "relu": ("relu",),
+    "gelu": ("gelu",),
+}
+_ATTENTION = {"q": "query", "k": "key", "v": "value", "o": "out"}
+# HF sub-layer index -> our sub-layer names, per stack.
+_ENCODER_SUBLAYERS = {"0": ("attention", "pre_attention_layer_norm"), "1": ("mlp", "pre_mlp_layer_norm")}
+_DECODER_SUBLAYERS = {"0": ("self_attention", "pre_self_attention_layer_norm"),
+                      "1": ("encoder_decoder_attention", "pre_cross_attention_layer_norm"),
+                      "2": ("mlp", "pre_mlp_layer_norm")}
+_TIED_ALIASES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+
+
+class CheckpointImportError(ValueError):
+  pass
+
+
+def _scales_decoder_outputs(hf_config: dict) -> bool:
+  # transformers >= 5 records T5.1.0's 1/sqrt(d_model) output rescaling as scale_decoder_outputs;
+  # older configs signal T5.1.1 (no rescaling) with tie_word_embeddings = false.
+  if "scale_decoder_outputs" in hf_config:
+    return bool(hf_config["scale_decoder_outputs"])
+  return hf_config.get("tie_word_embeddings", True) is not False
+
+
+def config_from_hf(hf_config: dict, path="config.json") -> T5Config:
+  """T5Config from a Hugging Face T5 config.json dictionary.
+
+  A rescaled, tied head (T5.1.0) reads the embedding; otherwise the head is `logits_dense`, taken
+  from `lm_head.weight`, or copied from the embedding when the checkpoint ties it without rescaling.
+  """
+  proj = hf_config.get("feed_forward_proj", "relu")
+  if proj not in _FEED_FORWARD:
+    raise CheckpointImportError(f"{path}: field 'feed_forward_proj': unsupported value {proj!r}")
+  try:
+    return T5Config(
+        vocab_size=hf_config["vocab_size"],
+        emb_dim=hf_config["d_model"],
+        num_heads=hf_config["num_heads"],
+        head_dim=hf_config["d_kv"],
+        mlp_dim=hf_config["d_ff"],
+        mlp_activations=_FEED_FORWARD[proj],
+        num_encoder_layers=hf_config["num_layers"],
+        num_decoder_layers=hf_config.get("num_decoder_layers") or hf_config["num_layers"],
+        dropout_rate=hf_config.get("dropout_rate", 0.1),
+        relative_attention_num_buckets=hf_config.get("relative_attention_num_buckets", 32),
+        relative_attention_max_distance=hf_config.get("relative_attention_max_distance", 128),
+        logits_via_embedding=_scales_decoder_outputs(hf_config),
+        layer_norm_epsilon=hf_config.get("layer_norm_epsilon", 1e-6),
+    )
+  except KeyError as e:
+    raise CheckpointImportError(f"{path}: missing field {e.args[0]!r}") from None
+
+
+def hf_name_to_path(name: str):
+  """(our parameter path, transpose?) for one HF tensor name; None when the name is not T5's."""
+  if name == "shared.weight":
+    return "token_embedder/embedding", False
+  if name == "lm_head.weight":
+    return "decoder/logits_dense/kernel", True
+  m = re.fullmatch(r"(encoder|decoder)\.final_layer_norm\.weight", name)
+  if m:
+    return f"{m[1]}/{m[1]}_norm/scale", False
+  m = re.fullmatch(r"(encoder|decoder)\.block\.0\.layer\.0\.SelfAttention\.relative_attention_bias\.weight", name)
+  if m:
+    return f"{m[1]}/relpos_bias/rel_embedding", True
+  m = re.fullmatch(r"(encoder|decoder)\.block\.(\d+)\.layer\.(\d)\.(.+)", name)
+  if not m:
+    return None
+  stack, block, sublayer, rest = m.groups()
+  names = (_ENCODER_SUBLAYERS if stack == "encoder" else _DECODER_SUBLAYERS).get(sublayer)
+  if names is None:
+    return None
+  module, norm = names
+  prefix = f"{stack}/layers_{block}"
+  if rest == "layer_norm.weight":
+    return f"{prefix}/{norm}/scale", False
+  m = re.fullmatch(r"(?:SelfAttention|EncDecAttention)\.([qkvo])\.weight", rest)
+  if m and module != "mlp":
+    return f"{prefix}/{module}/{_ATTENTION[m[1]]}/kernel", True
+  m = re.fullmatch(r"DenseReluDense\.(wi_0|wi_1|wi|wo)\.weight", rest)
+  if m and module == "mlp":
+    return f"{prefix}/mlp/{m[1]}/kernel", True
+  return None
+
+
+def _read_safetensors(directory: pathlib.Path):
+  from safetensors import safe_open  # pylint: disable=import-outside-toplevel
+
+  files = sorted(directory.glob("*.safetensors"))
+  if not files:
+    pickles = sorted(p.name for p in directory.glob("*.bin"))
+    hint = (f" It has {', '.join(pickles)}: pickled weights are never loaded; convert them once with "
+            "`transformers` (model.save_pretrained(dir, safe_serialization=True)).") if pickles else ""
+    raise CheckpointImportError(f"{directory}: no *.safetensors file.{hint}")
+  tensors = {}
+  for path in files:
+    with safe_open(str(path), framework="flax") as f:
+      for name in f.keys():
+        tensors[name] = (path.name, np.asarray(f.get_tensor(name), dtype=np.float32))
+  return tensors
+
+
+def load_hf_t5(path) -> tuple[T5Config, dict]:
+  """(T5Config, params) from a Hugging Face T5 directory with config.json and *.safetensors."""
+  directory = pathlib.Path(path)
+  config_path = directory / "config.json"
+  if not config_path.is_file():
+    raise CheckpointImportError(f"{directory}: no config.json")
+  tensors = _read_safetensors(directory)
+  config = config_from_hf(json.loads(config_path.read_text()), config_path)
+  if config.logits_via_embedding:
+    aliases = _TIED_ALIASES + ("lm_head.weight",)
+  else:
+    aliases = _TIED_ALIASES
+    if "lm_head.weight" not in tensors and "shared.weight" in tensors:
+      file_name, shared = tensors["shared.weight"]
+      tensors["lm_head.weight"] = (file_name, shared)  # tied but unscaled: the head is the embedding
+
+  expected = traverse_util.flatten_dict(
+      jax.eval_shape(lambda: init_params(config, jax.random.PRNGKey(0))), sep="/")
+  params = {}
+  for name, (file_name, array) in tensors.items():
+    if name in aliases:
+      # Older checkpoints store the shared embedding three times; the copies must agree.
+      if "shared.weight" in tensors and not np.array_equal(array, tensors["shared.weight"][1]):
+        raise CheckpointImportError(f"{directory / file_name}: tensor {name!r} differs from 'shared.weight'")
+      continue
+    rule = hf_name_to_path(name)
+    if rule is None or rule[0] not in expected:
+      raise CheckpointImportError(f"{directory / file_name}: unexpected tensor {name!r} {array.shape} "
+                                  "(no parameter of this T5 config takes it)")
+    target, transpose = rule
+    value = array.T if transpose else array
+    if value.shape != expected[target].shape:
+      raise CheckpointImportError(
+          f"{directory / file_name}: tensor {name!r} has shape {array.shape}; parameter {target!r} "
+          f"needs {expected[target].shape}{' transposed' if transpose else ''}")
+    params[target] = value
+  missing = sorted(set(expected) - set(params))
+  if missing:
+    raise CheckpointImportError(f"{directory}: no tensor for parameter(s) {', '.join(missing)}")
+  return config, traverse_util.unflatten_dict(params, sep="/")
