@@ -14,6 +14,7 @@ _WORDS = sk_text.CountVectorizer(token_pattern=r"(?u)\b\w+\b").build_analyzer()
 _BIGRAMS = sk_text.CountVectorizer(token_pattern=r"(?u)\b\w+\b", ngram_range=(2, 2)).build_analyzer()
 
 Scorer = Callable[[str, str], float]
+REDDIT_ADVICE = "top_reddit_advice"
 
 
 def response_length(context: str, response: str) -> float:
@@ -39,25 +40,26 @@ def score_items(items: Sequence[CandidateItem], scorer: Scorer) -> list[list[flo
 
 
 def items_from_turingadvice(situations: Sequence, task: str = "turingadvice_preference") -> list[CandidateItem]:
-  """System advice vs top Reddit advice, the human-preferred one first."""
+  """System advice vs top Reddit advice, the human-preferred one first; metadata names both."""
   items = []
   for s in situations:
     context = f"{s.title}\n{s.selftext}"
     for system, rating in s.ratings.items():
       pair = (s.model_advice[system], s.best_advice)
-      good, bad = pair if rating.is_preferred else pair[::-1]
-      items.append(CandidateItem(task, f"{s.id}/{system}", context, (good, bad), (1, 0),
-                                 {"system": system}))
+      systems = (system, REDDIT_ADVICE)
+      order = (0, 1) if rating.is_preferred else (1, 0)
+      items.append(CandidateItem(task, f"{s.id}/{system}", context, tuple(pair[i] for i in order), (1, 0),
+                                 {"systems": [systems[i] for i in order]}))
   return items
 
 
 def items_from_summary_comparisons(comparisons: Sequence, task: str = "summarize_feedback") -> list[CandidateItem]:
-  """Summarize-from-feedback comparisons, the chosen summary first."""
+  """Summarize-from-feedback comparisons, the chosen summary first; metadata names the policies."""
   items = []
   for index, c in enumerate(comparisons):
     good, bad = c.summaries[c.choice], c.summaries[1 - c.choice]
     items.append(CandidateItem(task, f"{c.id}/{index}", f"{c.title}\n{c.post}", (good, bad), (1, 0),
-                               {"policies": [c.policies[c.choice], c.policies[1 - c.choice]]}))
+                               {"systems": [c.policies[c.choice], c.policies[1 - c.choice]]}))
   return items
 
 

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from sklearn.feature_extraction import text as sk_text
 
-from t5_tasks.analysis import mean_interval
+from t5_tasks import metrics as t5_metrics
 from t5_tasks.baselines import CandidateItem, prediction_record
 
 _WORDS = sk_text.CountVectorizer(token_pattern=r"(?u)\b\w+\b").build_analyzer()
@@ -31,36 +31,25 @@ def items_from_timedial(items: Sequence, task: str = "timedial") -> list[Candida
           for it in items]
 
 
-def top_two(scores: Sequence[float]) -> list[int]:
-  """Indices of the two best scores; a stable sort keeps the earlier candidate on ties."""
-  return [int(i) for i in np.argsort(-np.asarray(scores), kind="stable")[:2]]
-
-
 def predict(items: Sequence[CandidateItem]) -> list[dict]:
-  records = []
-  for item in items:
-    scores = [option_in_context(item.context, c) for c in item.candidates]
-    records.append({**prediction_record(item, scores), "top2": top_two(scores)})
-  return records
+  return [prediction_record(item, [option_in_context(item.context, c) for c in item.candidates])
+          for item in items]
 
 
 def metrics(records: Sequence[Mapping], *, seed: int = 0) -> dict:
-  """Two-best accuracy (both correct options ranked first) and top-1 accuracy, by task."""
-  by_task: dict[str, dict[str, list[bool]]] = {}
+  """{task: two-best accuracy, accuracy, and error rate per rule}, ties broken at random."""
+  by_task: dict[str, list[Mapping]] = {}
   for r in records:
-    values = by_task.setdefault(r["task"], {"two_best_accuracy": [], "accuracy": []})
-    values["two_best_accuracy"].append(all(r["gold"][i] == 1 for i in r["top2"]))
-    values["accuracy"].append(r["gold"][r["prediction"]] == 1)
-  return {task: {name: {k: v for k, v in mean_interval(vals, seed=seed).items() if k in ("value", "low", "high")}
-                 for name, vals in values.items()}
-          for task, values in by_task.items()}
-
-
-def error_rate_by_rule(records: Sequence[Mapping], *, seed: int = 0) -> dict[str, dict]:
-  """For each rule, the share of its incorrect options ranked among the top two."""
-  by_rule: dict[str, list[bool]] = {}
-  for r in records:
-    for index, rule in enumerate(r["candidate_rules"]):
-      if rule:
-        by_rule.setdefault(rule, []).append(index in r["top2"])
-  return {rule: mean_interval(values, seed=seed) for rule, values in sorted(by_rule.items())}
+    by_task.setdefault(r["task"], []).append(r)
+  result = {}
+  for task, rows in by_task.items():
+    scores = np.asarray([r["scores"] for r in rows])
+    labels = np.asarray([r["gold"] for r in rows])
+    result[task] = {
+        "two_best_accuracy": t5_metrics.two_best_accuracy(scores, labels, seed=seed).as_dict(),
+        "accuracy": t5_metrics.accuracy(scores, labels, seed=seed).as_dict(),
+    }
+    for rule, estimate in t5_metrics.rule_error_rates(
+        scores, labels, [r["candidate_rules"] for r in rows], seed=seed).items():
+      result[task][f"error_rate/{rule}"] = estimate.as_dict()
+  return result

@@ -1,0 +1,162 @@
+r"""Serves advice over the TuringAdvice leaderboard API.
+
+  python -m scripts.serve --baseline tfidf --train_file reddit_advice.jsonl
+  python -m scripts.serve --checkpoint /path/to/checkpoint
+
+POST /api/askbatch {"instances": [{"title", "selftext", "subreddit"}, ...]}
+answers {"gens": [advice, ...]} in the same order. Malformed requests get a
+400 (413 when over --max_request_bytes) with {"error": ...}; serving goes on.
+"""
+import http
+import http.server
+import json
+import threading
+from typing import Callable, Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+
+ASK_PATH = "/api/askbatch"
+FIELDS = ("title", "selftext", "subreddit")
+
+# Refused bodies up to this size are read and dropped; beyond it the connection is cut.
+_DISCARD_LIMIT = 64 << 20
+
+Generator = Callable[[list[dict]], list[str]]
+
+_BASELINE = flags.DEFINE_enum("baseline", None, ["tfidf"], "Serve a baseline instead of a checkpoint.")
+_TRAIN_FILE = flags.DEFINE_string("train_file", None, "RedditAdvice2019 JSON lines indexed by --baseline=tfidf.")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Model checkpoint to generate advice with (runner.infer).")
+_HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to bind; loopback unless told otherwise.")
+_PORT = flags.DEFINE_integer("port", 5000, "Port to bind (0 picks a free one).")
+_MAX_REQUEST_BYTES = flags.DEFINE_integer("max_request_bytes", 1 << 20, "Larger request bodies get HTTP 413.")
+
+
+class RequestError(Exception):
+  """A request the server refuses, with the HTTP status to answer."""
+
+  def __init__(self, status: int, message: str):
+    super().__init__(message)
+    self.status = status
+
+
+def parse_instances(body: bytes) -> list[dict]:
+  """The validated instances of an askbatch body; RequestError(400) names what is wrong."""
+  try:
+    request = json.loads(body)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise RequestError(400, f"request body is not valid JSON: {e}") from e
+  if not isinstance(request, dict) or not isinstance(request.get("instances"), list):
+    raise RequestError(400, "field 'instances': expected a list of situations")
+  instances = request["instances"]
+  for i, instance in enumerate(instances):
+    if not isinstance(instance, dict):
+      raise RequestError(400, f"instances[{i}]: expected an object, got {type(instance).__name__}")
+    for field in FIELDS:
+      if field not in instance:
+        raise RequestError(400, f"instances[{i}]: missing field '{field}'")
+      if not isinstance(instance[field], str):
+        raise RequestError(400, f"instances[{i}]: field '{field}' must be a string")
+  return [{f: instance[f] for f in FIELDS} for instance in instances]
+
+
+def make_server(generator: Generator, host: str = "127.0.0.1", port: int = 0,
+                max_request_bytes: int = 1 << 20) -> http.server.ThreadingHTTPServer:
+  """A threaded server for the askbatch API; the generator runs one batch at a time."""
+  generate_lock = threading.Lock()  # Model generators need not be thread-safe.
+
+  class AskBatchHandler(http.server.BaseHTTPRequestHandler):
+    timeout = 60  # Seconds a client may stall mid-request before its thread gives up.
+
+    def _reply(self, status: int, payload: dict) -> None:
+      data = json.dumps(payload).encode("utf-8")
+      self.send_response(status)
+      self.send_header("Content-Type", "application/json")
+      self.send_header("Content-Length", str(len(data)))
+      self.end_headers()
+      self.wfile.write(data)
+
+    def _read_body(self) -> bytes:
+      length = self.headers.get("Content-Length")
+      if length is None or not length.isdigit():
+        raise RequestError(400, "header 'Content-Length': required, a non-negative integer")
+      if int(length) > max_request_bytes:
+        self._discard(int(length))
+        raise RequestError(413, f"request of {length} bytes is over the limit of {max_request_bytes}")
+      return self.rfile.read(int(length))
+
+    def _discard(self, length: int) -> None:
+      """Reads a refused body so that closing does not reset the connection before the reply."""
+      self.close_connection = True
+      remaining = min(length, _DISCARD_LIMIT)
+      while remaining > 0:
+        chunk = self.rfile.read(min(remaining, 1 << 16))
+        if not chunk:
+          break
+        remaining -= len(chunk)
+
+    def do_POST(self):  # pylint: disable=invalid-name
+      try:
+        if self.path != ASK_PATH:
+          raise RequestError(404, f"unknown path {self.path!r}; POST to {ASK_PATH}")
+        instances = parse_instances(self._read_body())
+        with generate_lock:
+          gens = list(generator(instances))
+        if len(gens) != len(instances):
+          raise RequestError(500, f"generator returned {len(gens)} answers for {len(instances)} instances")
+        self._reply(http.HTTPStatus.OK, {"gens": gens})
+      except RequestError as e:
+        self._reply(e.status, {"error": str(e)})
+      except Exception as e:  # pylint: disable=broad-except
+        logging.exception("generation failed")
+        self._reply(http.HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"generation failed: {e}"})
+
+    def log_message(self, format, *args):  # pylint: disable=redefined-builtin
+      logging.info("%s %s", self.address_string(), format % args)
+
+  server = http.server.ThreadingHTTPServer((host, port), AskBatchHandler)
+  server.daemon_threads = True
+  return server
+
+
+def tfidf_generator(train_file: str) -> Generator:
+  from t5_tasks.baselines import tfidf_advice  # pylint: disable=g-import-not-at-top
+  from t5_tasks.sources import reddit_advice  # pylint: disable=g-import-not-at-top
+  situations, report = reddit_advice.read_reddit_advice(train_file)
+  train = [s for s in situations if s.split == "train"] or situations
+  logging.info("indexed %d situations of %s (%d read)", len(train), train_file, report.read)
+  return tfidf_advice.TfidfAdviceRetriever().fit(train)
+
+
+def checkpoint_generator(checkpoint: str) -> Generator:
+  try:
+    from runner import infer  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise RuntimeError(f"checkpoint serving needs runner.infer, which is missing ({e})") from e
+  if not hasattr(infer, "advice_generator"):
+    raise RuntimeError("checkpoint serving needs runner.infer.advice_generator(checkpoint)")
+  return infer.advice_generator(checkpoint)
+
+
+def main(argv: Sequence[str]) -> None:
+  del argv
+  if (_BASELINE.value is None) == (_CHECKPOINT.value is None):
+    raise app.UsageError("give exactly one of --baseline or --checkpoint")
+  if _BASELINE.value == "tfidf":
+    if not _TRAIN_FILE.value:
+      raise app.UsageError("--baseline=tfidf needs --train_file")
+    generator = tfidf_generator(_TRAIN_FILE.value)
+  else:
+    generator = checkpoint_generator(_CHECKPOINT.value)
+  server = make_server(generator, _HOST.value, _PORT.value, _MAX_REQUEST_BYTES.value)
+  host, port = server.server_address[:2]
+  print(f"serving POST http://{host}:{port}{ASK_PATH}", flush=True)
+  try:
+    server.serve_forever()
+  finally:
+    server.server_close()
+
+
+if __name__ == "__main__":
+  app.run(main)
