@@ -1,0 +1,78 @@
+"""Autoregressive decoding with a key/value cache: greedy, temperature and nucleus sampling, best-of-N.
+
+Each context is encoded once; its N samples share that encoding and its cross-attention
+keys/values (rows b * N .. b * N + N - 1 belong to context b).
+"""
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from models.config import T5Config
+from models.network import Transformer, init_cache
+from models.reward import reward
+
+
+def nucleus_mask(logits, top_p):
+  """True for the tokens of the top-p set: the most probable tokens whose mass first reaches top_p.
+
+  The most probable token is always kept (so top_p -> 0 is greedy); ties at the edge are all kept.
+  """
+  probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+  sorted_probs = jnp.sort(probs, axis=-1)[..., ::-1]
+  mass_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
+  kept = mass_before < top_p
+  kept = kept.at[..., 0].set(True)
+  smallest_kept = jnp.min(jnp.where(kept, sorted_probs, jnp.inf), axis=-1, keepdims=True)
+  return probs >= smallest_kept
+
+
+def choose_tokens(logits, rng, *, temperature, top_p, greedy):
+  """Next tokens [N] from logits [N, vocab]."""
+  if greedy:
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+  scaled = logits.astype(jnp.float32) / jnp.maximum(temperature, 1e-6)
+  filtered = jnp.where(nucleus_mask(scaled, top_p), scaled, -jnp.inf)
+  return jax.random.categorical(rng, filtered, axis=-1).astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "max_length", "num_samples", "greedy", "eos_id"))
+def sample(config: T5Config, params, input_ids, rng, *, max_length, num_samples=1, temperature=1.0,
+           top_p=1.0, greedy=False, eos_id=1):
+  """Tokens [B, num_samples, max_length]: EOS is kept, everything after it is 0 (padding)."""
+  model = Transformer(config)
+  variables = {"params": params}
+  batch = input_ids.shape[0]
+  rows = batch * num_samples
+  encoded = model.apply(variables, input_ids, method=Transformer.encode)
+  cross_kvs = model.apply(variables, encoded, method=Transformer.cross_kv)
+
+  def step(carry, position):
+    token, cache, done, key = carry
+    logits, cache = model.apply(variables, cross_kvs, input_ids > 0, token[:, None], cache, position,
+                                method=Transformer.decode_step)
+    key, step_key = jax.random.split(key)
+    chosen = choose_tokens(logits, step_key, temperature=temperature, top_p=top_p, greedy=greedy)
+    chosen = jnp.where(done, 0, chosen)
+    return (chosen, cache, done | (chosen == eos_id), key), chosen
+
+  start = (jnp.zeros((rows,), jnp.int32), init_cache(config, rows, max_length), jnp.zeros((rows,), bool), rng)
+  _, tokens = jax.lax.scan(step, start, jnp.arange(max_length))
+  return tokens.T.reshape(batch, num_samples, max_length)
+
+
+def best_of_n_kl(n: int) -> float:
+  """The KL divergence of best-of-n from the sampling policy (Stiennon et al. 2020): log n - (n-1)/n."""
+  return math.log(n) - (n - 1) / n
+
+
+def best_of_n(config: T5Config, params, reward_config: T5Config, reward_params, input_ids, rng, *, n, max_length,
+              top_p=0.95, temperature=1.0, eos_id=1):
+  """Samples n responses per input and keeps the one the reward model scores highest."""
+  samples = sample(config, params, input_ids, rng, max_length=max_length, num_samples=n,
+                   temperature=temperature, top_p=top_p, eos_id=eos_id)
+  rewards = reward(reward_config, reward_params, input_ids, samples)
+  best = jnp.argmax(rewards, axis=-1)
+  tokens = jnp.take_along_axis(samples, best[:, None, None], axis=1)[:, 0]
+  return {"tokens": tokens, "rewards": rewards, "best": best, "kl": best_of_n_kl(n)}
