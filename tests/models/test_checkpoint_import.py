@@ -1,0 +1,71 @@
+"""Checkpoint import fails loudly, naming the tensor, on anything it cannot map exactly."""
+import json
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from models.checkpoint_import import CheckpointImportError, hf_name_to_path, load_hf_t5
+from tests.models.hf_reference import make_hf_t5
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+  directory = tmp_path_factory.mktemp("hf_t5_errors")
+  make_hf_t5(directory, seed=11)
+  return directory
+
+
+def _rewrite(hf_dir, tmp_path, edit):
+  tensors = load_file(str(hf_dir / "model.safetensors"))
+  edit(tensors)
+  save_file(tensors, str(tmp_path / "model.safetensors"))
+  (tmp_path / "config.json").write_text((hf_dir / "config.json").read_text())
+  return tmp_path
+
+
+def test_every_tensor_lands_on_its_rule_path(hf_dir):
+  _, params = load_hf_t5(hf_dir)
+  tensors = load_file(str(hf_dir / "model.safetensors"))
+  for name, value in tensors.items():
+    path, transpose = hf_name_to_path(name)
+    ours = params
+    for key in path.split("/"):
+      ours = ours[key]
+    np.testing.assert_array_equal(np.asarray(ours), value.T if transpose else value)
+
+
+def test_missing_tensor_is_named(hf_dir, tmp_path):
+  directory = _rewrite(hf_dir, tmp_path, lambda t: t.pop("decoder.block.2.layer.1.EncDecAttention.v.weight"))
+  with pytest.raises(CheckpointImportError, match="decoder/layers_2/encoder_decoder_attention/value/kernel"):
+    load_hf_t5(directory)
+
+
+def test_extra_tensor_is_named(hf_dir, tmp_path):
+  def add(tensors):
+    tensors["decoder.block.7.layer.0.SelfAttention.q.weight"] = np.zeros((32, 32), np.float32)
+  with pytest.raises(CheckpointImportError, match=r"unexpected tensor 'decoder\.block\.7\.layer\.0\.SelfAttention"):
+    load_hf_t5(_rewrite(hf_dir, tmp_path, add))
+
+
+def test_misshaped_tensor_is_named(hf_dir, tmp_path):
+  def shrink(tensors):
+    tensors["encoder.block.1.layer.1.DenseReluDense.wo.weight"] = np.zeros((32, 40), np.float32)
+  with pytest.raises(CheckpointImportError, match=r"'encoder\.block\.1\.layer\.1\.DenseReluDense\.wo\.weight' has shape"):
+    load_hf_t5(_rewrite(hf_dir, tmp_path, shrink))
+
+
+def test_pickle_only_directory_is_refused(tmp_path, hf_dir):
+  (tmp_path / "config.json").write_text((hf_dir / "config.json").read_text())
+  (tmp_path / "pytorch_model.bin").write_bytes(b"not loaded")
+  with pytest.raises(CheckpointImportError, match="pytorch_model.bin: pickled weights are never loaded"):
+    load_hf_t5(tmp_path)
+
+
+def test_config_field_errors_name_the_field(hf_dir, tmp_path):
+  config = json.loads((hf_dir / "config.json").read_text())
+  del config["d_kv"]
+  (tmp_path / "config.json").write_text(json.dumps(config))
+  (tmp_path / "model.safetensors").write_bytes((hf_dir / "model.safetensors").read_bytes())
+  with pytest.raises(CheckpointImportError, match="config.json: missing field 'd_kv'"):
+    load_hf_t5(tmp_path)
