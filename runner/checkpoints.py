@@ -1,0 +1,125 @@
+"""Orbax checkpoints of a training run, restorable onto any mesh, and a clean exit on SIGTERM.
+
+A run's checkpoints live in `MODEL_DIR/checkpoints/<step>/` with three items: `params` and
+`opt_state` (orbax StandardSave, one file set per array, written by every host for its shards)
+and `data` (JSON: the data position to resume from). A params-only checkpoint (`save_params`, as
+scripts/convert_checkpoint.py writes) is a plain orbax PyTree directory. Restoring reads the
+array shapes from the checkpoint and places every array with the target mesh's sharding, so a
+checkpoint saved on one mesh restores on another.
+"""
+import os
+import signal
+
+import jax
+import orbax.checkpoint as ocp
+from absl import logging
+from jax.sharding import SingleDeviceSharding
+
+from models.config import T5Config
+from runner import partitioning
+
+CHECKPOINTS_SUBDIR = "checkpoints"
+_ITEMS = ("params", "opt_state", "data")
+
+
+def checkpoint_manager(model_dir, save_every=1000, keep=3, read_only=False) -> ocp.CheckpointManager:
+  """A manager saving every `save_every` steps (and whenever forced) and keeping the last `keep`."""
+  options = ocp.CheckpointManagerOptions(save_interval_steps=save_every, max_to_keep=keep,
+                                         create=not read_only, read_only=read_only)
+  return ocp.CheckpointManager(os.path.join(os.path.abspath(model_dir), CHECKPOINTS_SUBDIR),
+                               options=options, item_names=_ITEMS)
+
+
+def save(manager, step, params, opt_state, data_position, force=False) -> bool:
+  """Saves (asynchronously) when the manager's interval says so, or always with force=True."""
+  args = ocp.args.Composite(params=ocp.args.StandardSave(params),
+                            opt_state=ocp.args.StandardSave(opt_state),
+                            data=ocp.args.JsonSave(dict(data_position, step=int(step))))
+  return manager.save(int(step), args=args, force=force)
+
+
+def restore(manager, abstract_params, abstract_opt_state, step=None):
+  """(step, params, opt_state, data_position) of `step` (default: the latest), or None if there is none.
+
+  The abstract trees are jax.ShapeDtypeStructs with shardings: arrays come back placed that way.
+  """
+  step = manager.latest_step() if step is None else step
+  if step is None:
+    return None
+  restored = manager.restore(step, args=ocp.args.Composite(
+      params=ocp.args.StandardRestore(abstract_params),
+      opt_state=ocp.args.StandardRestore(abstract_opt_state),
+      data=ocp.args.JsonRestore()))
+  return step, restored.params, restored.opt_state, dict(restored.data)
+
+
+def save_params(directory, params):
+  """Writes a params-only orbax checkpoint (the format INITIAL_CHECKPOINT_PATH and evaluation read)."""
+  checkpointer = ocp.StandardCheckpointer()
+  checkpointer.save(os.path.abspath(directory), params)
+  checkpointer.wait_until_finished()
+
+
+def _params_location(checkpoint_dir):
+  """The params directory inside a model dir, a checkpoints dir, a step dir or a params-only dir."""
+  path = os.path.abspath(checkpoint_dir)
+  if not os.path.isdir(path):
+    raise FileNotFoundError(f"checkpoint directory {path} does not exist")
+  if os.path.isdir(os.path.join(path, CHECKPOINTS_SUBDIR)):
+    path = os.path.join(path, CHECKPOINTS_SUBDIR)
+  steps = [int(name) for name in os.listdir(path) if name.isdigit()
+           and os.path.isdir(os.path.join(path, name, "params"))]
+  if steps:
+    path = os.path.join(path, str(max(steps)))
+  if os.path.isdir(os.path.join(path, "params")):
+    return os.path.join(path, "params")
+  if os.path.exists(os.path.join(path, "_CHECKPOINT_METADATA")) or os.path.exists(
+      os.path.join(path, "_METADATA")):
+    return path
+  raise FileNotFoundError(f"no orbax checkpoint found in {checkpoint_dir} (expected <step>/params, "
+                          "a checkpoints/ subdirectory, or a params-only checkpoint)")
+
+
+def restore_params(checkpoint_dir, config: T5Config, mesh=None, rules=partitioning.STANDARD_LOGICAL_AXIS_RULES):
+  """Parameters of the latest checkpoint in `checkpoint_dir`, sharded for `mesh` (None: one device).
+
+  Accepts a MODEL_DIR, its checkpoints/ directory, one step directory, or a params-only checkpoint.
+  """
+  location = _params_location(checkpoint_dir)
+  checkpointer = ocp.StandardCheckpointer()
+  shapes = checkpointer.metadata(location).item_metadata.tree
+  if mesh is None:
+    single = SingleDeviceSharding(jax.local_devices()[0])
+    shardings = jax.tree.map(lambda _: single, shapes)
+  else:
+    shardings = partitioning.param_shardings(shapes, config, mesh, rules)
+  return checkpointer.restore(location, partitioning.with_shardings(shapes, shardings))
+
+
+class PreemptionGuard:
+  """Turns SIGTERM (TPU preemption, `kill`) into a flag the training loop checks after each step.
+
+  With several processes jax's own preemption sync point decides (orbax asks it), so that every
+  host saves at the same step; one process installs a plain signal handler.
+  """
+
+  def __init__(self, manager):
+    self._manager = manager
+    self._signalled = False
+    self._previous = None
+
+  def __enter__(self):
+    if jax.process_count() == 1:
+      self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+    return self
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+  def _on_sigterm(self, signum, frame):
+    logging.warning("SIGTERM received: saving a checkpoint at the end of this step, then exiting")
+    self._signalled = True
+
+  def should_stop(self, step) -> bool:
+    return self._signalled or (jax.process_count() > 1 and self._manager.reached_preemption(step))

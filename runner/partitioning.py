@@ -1,0 +1,141 @@
+"""The device mesh, logical-axis rules and shardings: t5x's partitioning on jax.sharding.
+
+Parameters carry logical axis names (`nn.with_logical_partitioning` in models/network.py); a rule
+table maps them onto the mesh axes `data` and `model`. Changing how a model is split is a gin
+binding of `LOGICAL_AXIS_RULES` or of the mesh shape, never code.
+"""
+import os
+
+import flax.linen as nn
+import flax.traverse_util
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from models.config import T5Config
+from models.network import Transformer
+
+# t5x's `standard_logical_axis_rules` for 1-D model parallelism: the batch over `data`,
+# the wide dimensions over `model`, the model width and sequence axes replicated.
+STANDARD_LOGICAL_AXIS_RULES = (
+    ("batch", "data"),
+    ("vocab", "model"),
+    ("mlp", "model"),
+    ("heads", "model"),
+    ("joined_kv", "model"),
+    ("embed", None),
+    ("kv", None),
+    ("length", None),
+    ("relpos_buckets", None),
+)
+
+# Variables a launcher sets when several processes make one run (TPU pod, SLURM, Open MPI).
+_MULTI_PROCESS_ENV = ("TPU_WORKER_HOSTNAMES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+
+
+def looks_multi_host(environ=os.environ) -> bool:
+  """Whether the environment describes more than one process (or names a coordinator)."""
+  if environ.get("JAX_COORDINATOR_ADDRESS"):
+    return True
+  for name in _MULTI_PROCESS_ENV:
+    value = environ.get(name, "")
+    count = len(value.split(",")) if name == "TPU_WORKER_HOSTNAMES" else int(value or 1)
+    if value and count > 1:
+      return True
+  return False
+
+
+def initialize_distributed(multi_host=None):
+  """Joins the processes of a multi-host run; call before anything touches a device.
+
+  `multi_host=None` detects it from the environment; jax.distributed.initialize() then finds the
+  coordinator itself on Cloud TPU, SLURM and Open MPI.
+  """
+  if multi_host is None:
+    multi_host = looks_multi_host()
+  if multi_host and not jax.distributed.is_initialized():
+    jax.distributed.initialize()
+
+
+def create_mesh(data=-1, model=1, devices=None) -> Mesh:
+  """A mesh with axes ('data', 'model'); a size of -1 takes the devices the other axis leaves."""
+  devices = list(jax.devices() if devices is None else devices)
+  count = len(devices)
+  if data == -1 and model == -1:
+    raise ValueError("create_mesh: at most one of data and model may be -1")
+  if data == -1:
+    data = count // model
+  if model == -1:
+    model = count // data
+  if data * model != count:
+    raise ValueError(f"create_mesh: data ({data}) x model ({model}) must equal the device count ({count})")
+  # Auto axes: shardings are propagated by XLA from the annotations, as t5x's pjit did.
+  return jax.make_mesh((data, model), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=devices)
+
+
+def logical_param_specs(config: T5Config):
+  """Logical PartitionSpecs of the Transformer's parameters, found without allocating them."""
+  ones = jnp.ones((1, 1), jnp.int32)
+  boxed = jax.eval_shape(lambda: Transformer(config).init(jax.random.PRNGKey(0), ones, ones))
+  return nn.get_partition_spec(boxed)["params"]
+
+
+def param_shardings(params, config: T5Config, mesh: Mesh, rules=STANDARD_LOGICAL_AXIS_RULES):
+  """NamedShardings for `params` (arrays or shape structs) on `mesh`.
+
+  Transformer parameters follow their logical axes; any other leaf (a reward head) is replicated.
+  """
+  logical = flax.traverse_util.flatten_dict(logical_param_specs(config))
+  flat = flax.traverse_util.flatten_dict(params)
+  shardings = {}
+  for path in flat:
+    spec = logical.get(path, PartitionSpec())
+    shardings[path] = NamedSharding(mesh, nn.logical_to_mesh_axes(tuple(spec), rules))
+  return flax.traverse_util.unflatten_dict(shardings)
+
+
+def batch_sharding(mesh: Mesh, rules=STANDARD_LOGICAL_AXIS_RULES) -> NamedSharding:
+  """Rows of a batch split along the mesh axis the 'batch' rule names; other dimensions whole."""
+  return NamedSharding(mesh, nn.logical_to_mesh_axes(("batch",), rules))
+
+
+def opt_state_shardings(optimizer, abstract_params, params_shardings, mesh: Mesh):
+  """Shardings of the optimizer state, derived from the parameters' shardings.
+
+  A state leaf shaped like its parameter (momentum, unfactored second moments) is split like it;
+  any other leaf (Adafactor's factored row/column statistics, step counts) is small and replicated.
+  jit cannot propagate these: the optimizer creates its state from shapes alone.
+  """
+  flat_params = flax.traverse_util.flatten_dict(abstract_params)
+  flat_shardings = flax.traverse_util.flatten_dict(params_shardings)
+  replicated = NamedSharding(mesh, PartitionSpec())
+
+  def sharding_of(path, leaf):
+    param_path = tuple(key.key for key in path if isinstance(key, jax.tree_util.DictKey))
+    param = flat_params.get(param_path)
+    if param is not None and tuple(param.shape) == tuple(leaf.shape):
+      return flat_shardings[param_path]
+    return replicated
+
+  state = jax.eval_shape(optimizer.init, abstract_params)
+  return jax.tree_util.tree_map_with_path(sharding_of, state)
+
+
+def with_shardings(tree, shardings):
+  """Shape structs that carry shardings: the target orbax restores into."""
+  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings)
+
+
+def global_batch(local_batch, mesh: Mesh, rules=STANDARD_LOGICAL_AXIS_RULES):
+  """This host's numpy rows -> global jax.Arrays split over the data axis (all hosts call this)."""
+  sharding = batch_sharding(mesh, rules)
+  return {name: jax.make_array_from_process_local_data(sharding, np.asarray(value))
+          for name, value in local_batch.items()}
+
+
+def host_batch_size(global_batch_size: int) -> int:
+  """Rows this process loads: each host reads its own shard of the data."""
+  if global_batch_size % jax.process_count():
+    raise ValueError(f"batch size {global_batch_size} is not divisible by the {jax.process_count()} processes")
+  return global_batch_size // jax.process_count()
