@@ -38,7 +38,7 @@ class Table:
   rows: Sequence[Sequence[object]]
 
 
-def _cell(value: object) -> str:
+def format_cell(value: object) -> str:
   if isinstance(value, float):
     return f"{value:.4g}"
   return str(value)
@@ -47,7 +47,7 @@ def _cell(value: object) -> str:
 def _table_html(table: Table) -> str:
   head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
   body = "".join(
-      "<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row) + "</tr>"
+      "<tr>" + "".join(f"<td>{html.escape(format_cell(v))}</td>" for v in row) + "</tr>"
       for row in table.rows)
   return f"<h2>{html.escape(table.title)}</h2>\n<table><tr>{head}</tr>{body}</table>\n"
 
@@ -73,15 +73,23 @@ def _save_chart(chart: BarChart, path: str) -> None:
 
 
 def metric_charts(metrics: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[BarChart]:
-  """One chart per metric name, a bar per task, intervals as error bars."""
+  """Bar charts with intervals as error bars.
+
+  Plain metrics get one chart per metric name, a bar per task; grouped ones
+  ("accuracy/C+E", "error_rate/Rule 1") one chart per task and metric, a bar per group.
+  """
   by_metric: dict[str, list[tuple[str, Mapping[str, float]]]] = {}
   for task, by_name in metrics.items():
     for name, entry in by_name.items():
-      by_metric.setdefault(name, []).append((task, entry))
+      if "/" in name:
+        metric, group = name.split("/", 1)
+        by_metric.setdefault(f"{task}: {metric} by group", []).append((group, entry))
+      else:
+        by_metric.setdefault(name, []).append((task, entry))
   return [
-      BarChart(title=name, labels=[t for t, _ in rows], values=[e["value"] for _, e in rows],
-               lows=[e["low"] for _, e in rows], highs=[e["high"] for _, e in rows], ylabel=name)
-      for name, rows in sorted(by_metric.items())
+      BarChart(title=title, labels=[t for t, _ in rows], values=[e["value"] for _, e in rows],
+               lows=[e["low"] for _, e in rows], highs=[e["high"] for _, e in rows])
+      for title, rows in sorted(by_metric.items(), key=lambda kv: (":" in kv[0], kv[0]))
   ]
 
 

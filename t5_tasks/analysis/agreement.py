@@ -29,7 +29,7 @@ def picks_preferred(scores) -> np.ndarray:
 def agreement_rates(judge_scores: Mapping[str, Sequence[Sequence[float]]], *, seed: int = 0) -> dict:
   """Agreement of every judge with the humans and with each other, bootstrap CI and SE.
 
-  Returns {"with_humans": {judge: interval}, "between": {a: {b: interval}}}.
+  Returns {"with_humans": {judge: interval}, "between": {a: {b: interval}}} (a != b).
   """
   picks = {HUMANS: None, **{name: picks_preferred(s) for name, s in judge_scores.items()}}
   sizes = {len(p) for p in picks.values() if p is not None}
@@ -40,7 +40,7 @@ def agreement_rates(judge_scores: Mapping[str, Sequence[Sequence[float]]], *, se
   names = list(picks)
   between = {a: {} for a in names}
   for i, a in enumerate(names):
-    for b in names[i:]:
+    for b in names[i + 1:]:
       same = picks[a] * picks[b] + (1 - picks[a]) * (1 - picks[b])
       between[a][b] = between[b][a] = mean_interval(same, seed=seed)
   return {"with_humans": {name: between[name][HUMANS] for name in names if name != HUMANS},
@@ -82,7 +82,7 @@ def _preference_at_equal_length(log_ratio, chose_a, axis=-1) -> float:
 
 
 def length_controlled_preference(items: Sequence[CandidateItem], system_a: str, system_b: str,
-                                 *, seed: int = 0, n_resamples: int = 500) -> dict:
+                                 *, seed: int = 0, n_resamples: int = 200) -> dict:
   """How often humans prefer system_a over system_b, raw and at equal length.
 
   A logistic regression of "chose a" on log(len a / len b) with an intercept (the

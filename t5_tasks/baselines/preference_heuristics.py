@@ -65,6 +65,6 @@ def items_from_summary_comparisons(comparisons: Sequence, task: str = "summarize
 
 def items_from_heap(comparisons: Sequence, task: str) -> list[CandidateItem]:
   """HEAP (good, bad) comparisons; the context fields joined in order."""
-  return [CandidateItem(task, f"{task}/{index}", "\n".join(text for _, text in c.context),
+  return [CandidateItem(task, c.id or f"{task}-{index}", "\n".join(text for _, text in c.context),
                         (c.good, c.bad), (1, 0))
           for index, c in enumerate(comparisons)]

@@ -1,0 +1,195 @@
+r"""Recomputes the papers' tables from released human judgments.
+
+  python -m scripts.analyze turingadvice --eval_file=feb-14-2020_first100.jsonl --out=/tmp/ta
+  python -m scripts.analyze asq --annotation_dir=../shared/data/asq [--predictions=name=predictions.jsonl] --out=/tmp/asq
+  python -m scripts.analyze agreement --comparisons=comparisons.jsonl [--comparison_format=turingadvice] --out=/tmp/ag
+
+Each prints its tables, and writes analysis.json and report.html (with PNG plots) under --out.
+"""
+import glob
+import json
+import os
+from typing import Sequence
+
+from absl import app
+from absl import flags
+
+from runner import outputs
+from runner import report
+from t5_tasks.analysis import agreement
+from t5_tasks.analysis import asq as asq_analysis
+from t5_tasks.analysis import turingadvice as ta_analysis
+from t5_tasks.baselines import preference_heuristics
+from t5_tasks.sources import asq
+from t5_tasks.sources import heap
+from t5_tasks.sources import summarize_feedback
+from t5_tasks.sources import turingadvice
+
+_EVAL_FILE = flags.DEFINE_string("eval_file", None, "turingadvice: the evaluation results (JSON lines).")
+_ANNOTATION_DIR = flags.DEFINE_string("annotation_dir", None,
+                                      "asq: folder with *annotation_first.json and *annotation_second.json.")
+_ANNOTATION_FILES = flags.DEFINE_list("annotation_files", [], "asq: annotation rounds, first then second.")
+_PREDICTIONS = flags.DEFINE_multi_string(
+    "predictions", [], "asq / agreement: NAME=predictions.jsonl of a system or scorer (repeatable).")
+_COMPARISONS = flags.DEFINE_string("comparisons", None, "agreement: file of pairwise human comparisons.")
+_COMPARISON_FORMAT = flags.DEFINE_string(
+    "comparison_format", "summarize_feedback",
+    "agreement: summarize_feedback, turingadvice, or heap:<criterion> (with the criterion's source file).")
+_LENGTH_CONTROLLED = flags.DEFINE_multi_string(
+    "length_controlled", [], "agreement: A,B pairs of systems to compare at equal length (repeatable).")
+_OUT = flags.DEFINE_string("out", None, "Output directory for analysis.json and report.html.")
+_SEED = flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
+
+
+def _ci(e: dict) -> str:
+  return f"{e['value']:.3f} [{e['low']:.3f}, {e['high']:.3f}]"
+
+
+def _print_table(table: report.Table) -> None:
+  cells = [[str(c) for c in table.columns]] + [[report.format_cell(v) for v in row] for row in table.rows]
+  widths = [max(len(r[i]) for r in cells) for i in range(len(table.columns))]
+  print(f"\n{table.title}")
+  for row in cells:
+    print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+
+
+def _rate_chart(title: str, rates: dict) -> report.BarChart:
+  names = list(rates)
+  return report.BarChart(title, names, [rates[n]["value"] for n in names], [rates[n]["low"] for n in names],
+                         [rates[n]["high"] for n in names])
+
+
+def analyze_turingadvice():
+  situations, _ = turingadvice.read_turingadvice_eval(_EVAL_FILE.value)
+  result = ta_analysis.analyze(situations, seed=_SEED.value)
+  systems = result["systems"]
+  pairs = {(t["a"], t["b"]): t for t in result["paired_ttests"]}
+  categories = ta_analysis.DIAGNOSTIC_CATEGORIES
+  tables = [
+      report.Table(f"Preferred over the top Reddit advice ({result['n_situations']} situations, 95% CI)",
+                   ("system", "preference rate", "continuous score"),
+                   [(s, _ci(result["preference_rates"][s]), _ci(result["continuous_scores"][s])) for s in systems]),
+      report.Table("Paired t-tests on continuous scores: row minus column (p)", ["system"] + systems,
+                   [[a] + [("" if a == b else f"{pairs[(a, b)]['difference']:+.3f} (p={pairs[(a, b)]['p']:.2g})")
+                           for b in systems] for a in systems]),
+      report.Table("Diagnostics of the system's advice where the Reddit advice won (share of majority ratings)",
+                   ["system", "n"] + list(categories),
+                   [[s, d["n"]] + [f"{d['shares'][c]:.3f}" for c in categories]
+                    for s, d in result["diagnostics"].items()]),
+      report.Table("Preference rate by domain", ["domain", "n"] + systems,
+                   [[d, v["n_situations"]] + [_ci(v["rates"][s]) for s in systems]
+                    for d, v in result["by_domain"].items()]),
+  ]
+  charts = [_rate_chart("Preference rate over the top Reddit advice", result["preference_rates"]),
+            _rate_chart("Mean continuous score", result["continuous_scores"])]
+  charts += [_rate_chart(f"Preference rate, {d} ({v['n_situations']} situations)", v["rates"])
+             for d, v in result["by_domain"].items()]
+  return result, tables, charts
+
+
+def _annotation_files() -> list[str]:
+  if _ANNOTATION_FILES.value:
+    return _ANNOTATION_FILES.value
+  if not _ANNOTATION_DIR.value:
+    raise app.UsageError("asq needs --annotation_dir or --annotation_files")
+  files = []
+  for round_name in ("first", "second"):
+    found = sorted(glob.glob(os.path.join(_ANNOTATION_DIR.value, f"*annotation_{round_name}.json")))
+    if len(found) > 1:
+      raise app.UsageError(f"several {round_name}-round files in {_ANNOTATION_DIR.value}: {found}")
+    files += found
+  if not files:
+    raise app.UsageError(f"no *annotation_first.json in {_ANNOTATION_DIR.value}")
+  return files
+
+
+def _named_predictions() -> dict[str, list[dict]]:
+  named = {}
+  for spec in _PREDICTIONS.value:
+    name, _, path = spec.rpartition("=")
+    named[name or os.path.basename(os.path.dirname(os.path.abspath(path)))] = outputs.read_predictions(path)
+  return named
+
+
+def analyze_asq():
+  rounds = [asq.read_asq_annotations(f)[0] for f in _annotation_files()]
+  result = asq_analysis.analyze(*rounds, system_predictions=_named_predictions(), seed=_SEED.value)
+  tables = [report.Table("Human accuracy (95% CI)", ("round", "n", "accuracy"),
+                         [(r, e["n"], _ci(e)) for r, e in result["human_accuracy"].items()])]
+  if "agreement" in result:
+    g = result["agreement"]
+    tables.append(report.Table("Agreement between rounds on shared items", ("n shared", "Cohen's kappa", "raw agreement"),
+                               [(g["n_shared"], f"{g['kappa']:.3f}", f"{g['raw_agreement']:.3f}")]))
+  for name, table in result["qn_type_pairs"].items():
+    tables.append(report.Table(f"Question types, {name} round: actual (rows) x alternative (columns)",
+                               ["actual"] + table["qn_types"],
+                               [[t] + row for t, row in zip(table["qn_types"], table["counts"])]))
+  groups = ["all"] + list(asq.PAIR_GROUPS)
+  tables.append(report.Table("Accuracy by pair type (groups overlap)", ["judge"] + groups,
+                             [[j] + [f"{_ci(b[g])} n={b[g]['n']}" if g in b else "" for g in groups]
+                              for j, b in result["by_pair_type"].items()]))
+  charts = [_rate_chart(f"Accuracy by pair type: {j}", b) for j, b in result["by_pair_type"].items()]
+  return result, tables, charts
+
+
+def _comparison_items():
+  fmt, path = _COMPARISON_FORMAT.value, _COMPARISONS.value
+  if not path:
+    raise app.UsageError("agreement needs --comparisons")
+  if fmt == "summarize_feedback":
+    return preference_heuristics.items_from_summary_comparisons(summarize_feedback.read_comparisons(path)[0])
+  if fmt == "turingadvice":
+    return preference_heuristics.items_from_turingadvice(turingadvice.read_turingadvice_eval(path)[0])
+  if fmt.startswith("heap:") and fmt[5:] in heap.HEAP_CRITERIA:
+    return preference_heuristics.items_from_heap(heap.read_heap_comparisons(fmt[5:], path)[0], fmt[5:])
+  raise app.UsageError(f"unknown --comparison_format {fmt!r}")
+
+
+def analyze_agreement():
+  items = _comparison_items()
+  judges = agreement.heuristic_scores(items)
+  for name, predictions in _named_predictions().items():
+    judges[name] = agreement.scores_from_predictions(items, predictions, name)
+  rates = agreement.agreement_rates(judges, seed=_SEED.value)
+  names = list(rates["between"])
+  pairs = [tuple(p.split(",")) for p in _LENGTH_CONTROLLED.value]
+  if not pairs and _COMPARISON_FORMAT.value == "turingadvice":
+    systems = dict.fromkeys(s for it in items for s in it.metadata["systems"])
+    pairs = [(s, preference_heuristics.REDDIT_ADVICE) for s in systems if s != preference_heuristics.REDDIT_ADVICE]
+  controlled = [agreement.length_controlled_preference(items, a, b, seed=_SEED.value) for a, b in pairs]
+  result = {"n_comparisons": len(items), "agreement": rates, "length_controlled": controlled}
+  se = lambda e: f"{e['value']:.3f} ± {e['se']:.3f}"
+  tables = [
+      report.Table(f"Agreement with humans on {len(items)} comparisons (± bootstrap SE)", ("judge", "agreement"),
+                   [(n, se(e)) for n, e in rates["with_humans"].items()]),
+      report.Table("Agreement between judges (± bootstrap SE)", ["judge"] + names,
+                   [[a] + [se(rates["between"][a][b]) if b != a else "-" for b in names] for a in names]),
+  ]
+  if controlled:
+    tables.append(report.Table("Human preference for A over B, raw and at equal length (95% CI)",
+                               ("A", "B", "n", "raw", "length-controlled", "mean log length ratio"),
+                               [(c["a"], c["b"], c["n"], _ci(c["raw"]), _ci(c["length_controlled"]),
+                                 f"{c['mean_log_length_ratio']:+.3f}") for c in controlled]))
+  charts = [_rate_chart("Agreement with humans", rates["with_humans"])]
+  return result, tables, charts
+
+
+ANALYSES = {"turingadvice": analyze_turingadvice, "asq": analyze_asq, "agreement": analyze_agreement}
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) != 2 or argv[1] not in ANALYSES:
+    raise app.UsageError(f"give one analysis: {', '.join(ANALYSES)}")
+  if not _OUT.value:
+    raise app.UsageError("--out is required")
+  result, tables, charts = ANALYSES[argv[1]]()
+  for table in tables:
+    _print_table(table)
+  os.makedirs(_OUT.value, exist_ok=True)
+  outputs.atomic_write_text(os.path.join(_OUT.value, "analysis.json"), json.dumps(result, indent=2) + "\n")
+  page = report.write_report(_OUT.value, title=f"{argv[1]} analysis", charts=charts, tables=tables)
+  print(f"\nwrote {os.path.join(_OUT.value, 'analysis.json')} and {page}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,151 @@
+r"""Runs a lexical baseline like a model evaluation: predictions.jsonl, metrics.json, report.html.
+
+  python -m scripts.run_baseline --baseline=timedial_overlap --eval_file=t5_tasks/data/timedial_test.json --out=/tmp/b
+  python -m scripts.run_baseline --baseline=asq_similarity --eval_file=asq.json --train_fraction=0.7 --out=/tmp/b
+  python -m scripts.run_baseline --baseline=length --eval_format=turingadvice --eval_file=eval.jsonl --out=/tmp/b
+  python -m scripts.run_baseline --baseline=tfidf_advice --train_file=advice.jsonl --eval_file=advice.jsonl --out=/tmp/b
+"""
+from typing import Sequence
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from runner import outputs
+from runner import report
+from t5_tasks import metrics as t5_metrics
+from t5_tasks.analysis import mean_interval
+from t5_tasks.baselines import asq_similarity
+from t5_tasks.baselines import preference_heuristics
+from t5_tasks.baselines import prediction_record
+from t5_tasks.baselines import tfidf_advice
+from t5_tasks.baselines import timedial_overlap
+from t5_tasks.sources import asq
+from t5_tasks.sources import heap
+from t5_tasks.sources import reddit_advice
+from t5_tasks.sources import summarize_feedback
+from t5_tasks.sources import timedial
+from t5_tasks.sources import turingadvice
+
+BASELINES = ("tfidf_advice", "asq_similarity", "length", "copying", "timedial_overlap")
+PREFERENCE_FORMATS = ["turingadvice", "summarize_feedback"] + [f"heap:{c}" for c in heap.HEAP_CRITERIA]
+
+_BASELINE = flags.DEFINE_enum("baseline", None, BASELINES, "Which baseline to run.")
+_EVAL_FILE = flags.DEFINE_string("eval_file", None, "Released file to evaluate on.")
+_TRAIN_FILE = flags.DEFINE_string("train_file", None, "Training file (tfidf_advice, asq_similarity).")
+_EVAL_FORMAT = flags.DEFINE_string(
+    "eval_format", None, "Preference baselines: one of " + ", ".join(PREFERENCE_FORMATS)
+    + "; tfidf_advice: reddit_advice (default) or turingadvice.")
+_EVAL_SPLIT = flags.DEFINE_string("eval_split", "test", "tfidf_advice on RedditAdvice: split to answer.")
+_TRAIN_FRACTION = flags.DEFINE_float(
+    "train_fraction", None, "asq_similarity without --train_file: train on this leading share of --eval_file.")
+_ANNOTATION_FILES = flags.DEFINE_list("annotation_files", [], "asq_similarity: ASQ annotation rounds (pair types).")
+_OUT = flags.DEFINE_string("out", None, "Output directory.")
+_SEED = flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
+flags.mark_flags_as_required(["baseline", "eval_file", "out"])
+
+
+def _accuracy_metrics(records, seed: int, by: str | None = None) -> dict:
+  scores = np.asarray([r["scores"] for r in records])
+  labels = np.asarray([r["gold"] for r in records])
+  result = {"accuracy": t5_metrics.accuracy(scores, labels, seed=seed).as_dict()}
+  for group in sorted({r.get(by, "") for r in records} - {""}) if by else ():
+    rows = np.asarray([r.get(by) == group for r in records])
+    result[f"accuracy/{group}"] = t5_metrics.accuracy(scores[rows], labels[rows], seed=seed).as_dict()
+  return result
+
+
+def run_asq_similarity(seed: int):
+  items, _ = asq.read_asq(_EVAL_FILE.value)
+  if _TRAIN_FILE.value:
+    train, test = asq.read_asq(_TRAIN_FILE.value)[0], items
+  elif _TRAIN_FRACTION.value and 0 < _TRAIN_FRACTION.value < 1:
+    cut = int(len(items) * _TRAIN_FRACTION.value)
+    train, test = items[:cut], items[cut:]
+  else:
+    raise app.UsageError("asq_similarity needs --train_file or --train_fraction in (0, 1)")
+  pair_types = asq.pair_types_by_id(*(asq.read_asq_annotations(f)[0] for f in _ANNOTATION_FILES.value))
+  model = asq_similarity.AsqSimilarity().fit(asq_similarity.items_from_asq(train))
+  test_items = asq_similarity.items_from_asq(test, pair_types)
+  records = [prediction_record(it, s) for it, s in zip(test_items, model.score(test_items))]
+  notes = [f"trained on {len(train)} items, tested on {len(test)}; weights {model.weights}"]
+  return records, {"asq": _accuracy_metrics(records, seed, by="pair_type")}, notes
+
+
+def _preference_items():
+  fmt = _EVAL_FORMAT.value
+  if fmt == "turingadvice":
+    return preference_heuristics.items_from_turingadvice(turingadvice.read_turingadvice_eval(_EVAL_FILE.value)[0])
+  if fmt == "summarize_feedback":
+    return preference_heuristics.items_from_summary_comparisons(
+        summarize_feedback.read_comparisons(_EVAL_FILE.value)[0])
+  if fmt and fmt.startswith("heap:") and fmt[5:] in heap.HEAP_CRITERIA:
+    criterion = fmt[5:]
+    return preference_heuristics.items_from_heap(heap.read_heap_comparisons(criterion, _EVAL_FILE.value)[0],
+                                                 criterion)
+  raise app.UsageError(f"--eval_format must be one of {PREFERENCE_FORMATS}, got {fmt!r}")
+
+
+def run_preference(seed: int):
+  items = _preference_items()
+  scorer = preference_heuristics.SCORERS[_BASELINE.value]
+  records = [prediction_record(it, s) for it, s in zip(items, preference_heuristics.score_items(items, scorer))]
+  task = items[0].task if items else _EVAL_FORMAT.value
+  good = [r["scores"][0] for r in records]
+  bad = [r["scores"][1] for r in records]
+  return records, {task: {"pairwise_accuracy": t5_metrics.pairwise_accuracy(good, bad, seed=seed).as_dict()}}, []
+
+
+def run_timedial(seed: int):
+  items = timedial_overlap.items_from_timedial(timedial.read_timedial(_EVAL_FILE.value)[0])
+  records = timedial_overlap.predict(items)
+  return records, timedial_overlap.metrics(records, seed=seed), []
+
+
+def run_tfidf_advice(seed: int):
+  if not _TRAIN_FILE.value:
+    raise app.UsageError("tfidf_advice needs --train_file (RedditAdvice2019 JSON lines)")
+  train = [s for s in reddit_advice.read_reddit_advice(_TRAIN_FILE.value)[0] if s.split == "train"]
+  retriever = tfidf_advice.TfidfAdviceRetriever().fit(train)
+  if _EVAL_FORMAT.value == "turingadvice":
+    situations = turingadvice.read_turingadvice_eval(_EVAL_FILE.value)[0]
+    references = [s.best_advice for s in situations]
+  else:
+    situations = [s for s in reddit_advice.read_reddit_advice(_EVAL_FILE.value)[0] if s.split == _EVAL_SPLIT.value]
+    references = [max(s.good_comments, key=lambda c: c.score).body for s in situations]
+  if not situations:
+    raise app.UsageError(f"no situations to answer in {_EVAL_FILE.value}")
+  instances = [{f: getattr(s, f) for f in tfidf_advice.CONTEXT_FIELDS} for s in situations]
+  generations = retriever.generate(instances)
+  neighbours = retriever.retrieve(instances)
+  similarity = retriever.advice_similarity(generations, references)
+  records = [{"task": "advice_generation", "id": s.id, "generation": g, "retrieved_id": n[0],
+              "retrieval_similarity": n[1], "reference_similarity": r}
+             for s, g, n, r in zip(situations, generations, neighbours, similarity)]
+  estimate = lambda v: {k: mean_interval(v, seed=seed)[k] for k in ("value", "low", "high")}
+  metrics = {"advice_generation": {"retrieval_similarity": estimate([n[1] for n in neighbours]),
+                                   "reference_similarity": estimate(similarity)}}
+  return records, metrics, [f"indexed {len(train)} training situations; answered {len(situations)}"]
+
+
+RUNNERS = {"tfidf_advice": run_tfidf_advice, "asq_similarity": run_asq_similarity, "length": run_preference,
+           "copying": run_preference, "timedial_overlap": run_timedial}
+
+
+def main(argv: Sequence[str]) -> None:
+  del argv
+  records, metrics, notes = RUNNERS[_BASELINE.value](_SEED.value)
+  outputs.write_predictions(_OUT.value, records)
+  outputs.write_metrics(_OUT.value, metrics)
+  page = report.write_report(_OUT.value, title=f"Baseline {_BASELINE.value} on {_EVAL_FILE.value}",
+                             metrics=metrics, notes=notes)
+  for task, by_name in metrics.items():
+    for name, e in by_name.items():
+      print(f"{task:28s} {name:32s} {e['value']:.4f}  [{e['low']:.4f}, {e['high']:.4f}]")
+  for note in notes:
+    print(note)
+  print(f"wrote {len(records)} predictions and {page}")
+
+
+if __name__ == "__main__":
+  app.run(main)
