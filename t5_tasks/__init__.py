@@ -1,0 +1,33 @@
+"""seqio tasks and mixtures for scoring models; importing this package registers them all.
+
+Task and mixture names: `t5_tasks.tasks` and `t5_tasks.mixtures`; readers of the released
+data formats: `t5_tasks.sources`.
+"""
+import contextlib
+import os
+import sys
+
+
+@contextlib.contextmanager
+def _silent_stderr():
+  """Sends file descriptor 2 to /dev/null: TensorFlow's C++ start-up lines are written there,
+  and setting TF_CPP_MIN_LOG_LEVEL from Python once the process runs does not stop them."""
+  sys.stderr.flush()
+  saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+  os.dup2(devnull, 2)
+  try:
+    yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+    os.close(devnull)
+
+
+with _silent_stderr() if "tensorflow" not in sys.modules else contextlib.nullcontext():
+  import seqio  # pylint: disable=g-import-not-at-top,unused-import
+
+from t5_tasks import mixtures  # pylint: disable=g-import-not-at-top
+from t5_tasks import tasks  # pylint: disable=g-import-not-at-top
+
+tasks.register_tasks()
+mixtures.register_mixtures()

@@ -1,0 +1,209 @@
+"""Ranking metrics with bootstrapped 95% intervals, and the seqio metric_fns over them.
+
+The metric functions are pure functions of numpy arrays. Ties between candidate scores get
+the expected credit of breaking them uniformly at random, so a model that scores every
+candidate alike sits at chance instead of at 0 or 1.
+"""
+import dataclasses
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+NUM_BOOTSTRAP = 1000
+CONFIDENCE = 0.95
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+  """A metric value and its bootstrapped 95% interval."""
+  value: float
+  low: float
+  high: float
+
+  def as_dict(self) -> dict[str, float]:
+    return dataclasses.asdict(self)
+
+
+def _check_scores_labels(scores, labels, mask=None):
+  scores = np.asarray(scores, dtype=np.float64)
+  labels = np.asarray(labels)
+  if scores.ndim != 2 or scores.shape != labels.shape:
+    raise ValueError(f"scores and labels must both be [items, candidates]; got {scores.shape} "
+                     f"and {labels.shape}")
+  if not np.isin(labels, (0, 1)).all():
+    raise ValueError("labels must be 0 or 1")
+  if mask is not None:
+    mask = np.asarray(mask, dtype=bool)
+    if mask.shape != scores.shape:
+      raise ValueError(f"mask must have the shape of scores {scores.shape}; got {mask.shape}")
+    scores = np.where(mask, scores, -np.inf)
+    labels = np.where(mask, labels, 0)
+  return scores, labels.astype(np.int64)
+
+
+def _bootstrap(statistic, *samples, num_bootstrap, seed, paired=False) -> tuple[float, float]:
+  """Percentile interval of `statistic` over items resampled with replacement."""
+  if len(samples[0]) < 2:
+    value = float(statistic(*samples, axis=-1))
+    return value, value
+  result = stats.bootstrap(samples, statistic, n_resamples=num_bootstrap,
+                           confidence_level=CONFIDENCE, method="percentile", paired=paired,
+                           vectorized=True, random_state=np.random.default_rng(seed))
+  return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def _mean_estimate(credit: np.ndarray, num_bootstrap: int, seed: int) -> Estimate:
+  if credit.size == 0:
+    return Estimate(math.nan, math.nan, math.nan)
+  low, high = _bootstrap(np.mean, credit, num_bootstrap=num_bootstrap, seed=seed)
+  return Estimate(float(credit.mean()), low, high)
+
+
+def top_k_credit(scores, labels, k: int, mask=None) -> np.ndarray:
+  """Per item: probability that the k best-scored candidates are all correct (ties random)."""
+  scores, labels = _check_scores_labels(scores, labels, mask)
+  credit = np.zeros(len(scores))
+  for i, (row, gold) in enumerate(zip(scores, labels)):
+    if np.isfinite(row).sum() < k:
+      raise ValueError(f"item {i}: needs at least {k} candidates")
+    kth = np.sort(row)[::-1][k - 1]
+    above, tied = row > kth, row == kth
+    if gold[above].all():
+      draws = k - int(above.sum())
+      credit[i] = math.comb(int(gold[tied].sum()), draws) / math.comb(int(tied.sum()), draws)
+  return credit
+
+
+def accuracy(scores, labels, *, mask=None, num_bootstrap=NUM_BOOTSTRAP, seed=0) -> Estimate:
+  """Fraction of items whose best-scored candidate is correct. scores, labels: [N, K]."""
+  return _mean_estimate(top_k_credit(scores, labels, 1, mask), num_bootstrap, seed)
+
+
+def two_best_accuracy(scores, labels, *, mask=None, num_bootstrap=NUM_BOOTSTRAP,
+                      seed=0) -> Estimate:
+  """Fraction of items whose two best-scored candidates are both correct (TimeDial)."""
+  return _mean_estimate(top_k_credit(scores, labels, 2, mask), num_bootstrap, seed)
+
+
+def pairwise_accuracy(good_scores, bad_scores, *, num_bootstrap=NUM_BOOTSTRAP,
+                      seed=0) -> Estimate:
+  """Fraction of pairs where the preferred response scores higher (a tie counts half)."""
+  good, bad = np.asarray(good_scores, np.float64), np.asarray(bad_scores, np.float64)
+  if good.ndim != 1 or good.shape != bad.shape:
+    raise ValueError(f"good and bad scores must be equal-length vectors; got {good.shape} "
+                     f"and {bad.shape}")
+  credit = (good > bad) + 0.5 * (good == bad)
+  return _mean_estimate(credit, num_bootstrap, seed)
+
+
+def _spearman_rows(x, y, axis=-1):
+  """Spearman correlation along the last axis: Pearson correlation of average ranks."""
+  rx = stats.rankdata(x, axis=axis)
+  ry = stats.rankdata(y, axis=axis)
+  rx = rx - rx.mean(axis=axis, keepdims=True)
+  ry = ry - ry.mean(axis=axis, keepdims=True)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return (rx * ry).sum(axis) / np.sqrt((rx * rx).sum(axis) * (ry * ry).sum(axis))
+
+
+def spearman(predicted, human, *, num_bootstrap=NUM_BOOTSTRAP, seed=0) -> Estimate:
+  """Spearman rank correlation between model and human scores (paired bootstrap)."""
+  x, y = np.asarray(predicted, np.float64), np.asarray(human, np.float64)
+  if x.ndim != 1 or x.shape != y.shape:
+    raise ValueError(f"predicted and human must be equal-length vectors; got {x.shape} and "
+                     f"{y.shape}")
+  if x.size < 3:
+    return Estimate(math.nan, math.nan, math.nan)
+  value = float(stats.spearmanr(x, y).statistic)
+  low, high = _bootstrap(_spearman_rows, x, y, num_bootstrap=num_bootstrap, seed=seed,
+                         paired=True)
+  return Estimate(value, low, high)
+
+
+def rule_error_rates(scores, labels, rules: Sequence[Sequence[str]], *, mask=None,
+                     num_bootstrap=NUM_BOOTSTRAP, seed=0) -> dict[str, Estimate]:
+  """Per negative-option rule: how often a negative of that rule outscores a correct option.
+
+  TimeDial labels each incorrect option with the rule that made it ("Rule 1" phrase matching,
+  "Rule 2" numeral matching, "Rule 3" open-ended); the rate is over the negatives of that rule.
+  """
+  scores, labels = _check_scores_labels(scores, labels, mask)
+  errors: dict[str, list[float]] = {}
+  for row, gold, row_rules in zip(scores, labels, rules):
+    worst_correct = row[gold == 1].min()
+    for score, is_gold, rule in zip(row, gold, row_rules):
+      if is_gold or not rule or not np.isfinite(score):
+        continue
+      # A negative tied with the weakest correct option wins half the time.
+      errors.setdefault(rule, []).append(float(score > worst_correct) +
+                                         0.5 * float(score == worst_correct))
+  return {rule: _mean_estimate(np.asarray(v), num_bootstrap, seed)
+          for rule, v in sorted(errors.items())}
+
+
+def _flatten(name: str, estimate: Estimate) -> dict[str, float]:
+  return {name: estimate.value, f"{name}_low": estimate.low, f"{name}_high": estimate.high}
+
+
+def _stack_candidates(targets: Sequence[Mapping[str, Any]], scores: Sequence[Sequence[float]]):
+  """Pads per-item candidate scores and labels into [N, K] arrays with a mask."""
+  if len(targets) != len(scores):
+    raise ValueError(f"{len(targets)} targets but {len(scores)} score lists")
+  width = max(len(s) for s in scores)
+  padded_scores = np.zeros((len(scores), width))
+  padded_labels = np.zeros((len(scores), width), np.int64)
+  mask = np.zeros((len(scores), width), bool)
+  for i, (target, row) in enumerate(zip(targets, scores)):
+    gold = np.asarray(target["candidate_labels"])
+    if len(gold) != len(row):
+      raise ValueError(f"item {i}: {len(row)} scores for {len(gold)} candidates")
+    padded_scores[i, :len(row)], padded_labels[i, :len(row)], mask[i, :len(row)] = row, gold, True
+  return padded_scores, padded_labels, mask
+
+
+def timedial_metric_fn(targets, scores) -> dict[str, float]:
+  """seqio score metric: 2-best accuracy, accuracy and error rate per negative-option rule.
+
+  targets: per item, the dict made by `tasks.candidate_targets` (candidate_labels,
+  candidate_rules, ...); scores: per item, one score per candidate.
+  """
+  s, y, mask = _stack_candidates(targets, scores)
+  out = {}
+  if (y.sum(1) >= 2).all():
+    out.update(_flatten("two_best_accuracy", two_best_accuracy(s, y, mask=mask)))
+  out.update(_flatten("accuracy", accuracy(s, y, mask=mask)))
+  rules = [list(t.get("candidate_rules", [""] * len(t["candidate_labels"]))) for t in targets]
+  for rule, estimate in rule_error_rates(s, y, rules, mask=mask).items():
+    out.update(_flatten(f"error_rate/{rule}", estimate))
+  return out
+
+
+def asq_metric_fn(targets, scores) -> dict[str, float]:
+  """seqio score metric: accuracy, and accuracy per annotated pair type when known.
+
+  The ASQ pair groups overlap (C+C and L+{U,I} lie inside C+{C,I}); an item counts in
+  every group listed in its "|"-joined `pair_groups`, else in its one `pair_type`.
+  """
+  s, y, mask = _stack_candidates(targets, scores)
+  out = _flatten("accuracy", accuracy(s, y, mask=mask))
+  groups = [set(filter(None, (t.get("pair_groups") or t.get("pair_type") or "").split("|")))
+            for t in targets]
+  for pair_type in sorted(set().union(*groups)):
+    rows = np.asarray([pair_type in g for g in groups])
+    out.update(_flatten(f"accuracy/{pair_type}", accuracy(s[rows], y[rows], mask=mask[rows])))
+  return out
+
+
+def preference_metric_fn(targets, scores) -> dict[str, float]:
+  """seqio score metric: pairwise accuracy; Spearman of model vs human margins when graded."""
+  s, y, _ = _stack_candidates(targets, scores)
+  good = np.asarray([row[gold == 1][0] for row, gold in zip(s, y)])
+  bad = np.asarray([row[gold == 0][0] for row, gold in zip(s, y)])
+  out = _flatten("pairwise_accuracy", pairwise_accuracy(good, bad))
+  human = [np.asarray(t["candidate_scores"], np.float64) for t in targets]
+  margins = np.asarray([h[gold == 1][0] - h[gold == 0][0] for h, gold in zip(human, y)])
+  if len(set(margins.tolist())) > 1:
+    out.update(_flatten("spearman", spearman(good - bad, margins)))
+  return out

@@ -1,0 +1,73 @@
+"""Mixtures of the registered tasks, and a gin-configurable way to define new ones.
+
+Rates are proportional to each task's number of training examples, capped at
+`size_rate.cap` (gin macro `MIXTURE_RATE_CAP` in gin/mixtures/*.gin), and computed when
+the mixture's dataset is built, so the cap and the data files can both come from gin.
+
+A mixture keeps the output features of its first task: a mixture that starts with a
+generation task yields `inputs`/`targets` only (token cross-entropy on every task);
+mixtures of cloze and preference tasks keep `candidates` and `candidate_labels`.
+"""
+from typing import Sequence
+
+import gin
+import seqio
+
+from t5_tasks import tasks
+from t5_tasks.sources import heap
+
+DEFAULT_RATE_CAP = 2**16
+
+
+@gin.configurable
+def size_rate(task: seqio.Task, cap: int = DEFAULT_RATE_CAP) -> float:
+  """Training examples of `task`, at most `cap`."""
+  return float(min(task.num_input_examples("train"), cap))
+
+
+@gin.configurable
+def register_mixture(name: str = gin.REQUIRED, task_names: Sequence[str] = gin.REQUIRED,
+                     rate=size_rate) -> str:
+  """(Re)registers mixture `name` of `task_names`, returns `name` (for MIXTURE_OR_TASK_NAME)."""
+  if name in seqio.TaskRegistry.names():
+    raise ValueError(f"mixture name {name!r} is already a task")
+  unknown = [t for t in task_names
+             if t not in seqio.TaskRegistry.names() and t not in seqio.MixtureRegistry.names()]
+  if unknown:
+    raise ValueError(f"mixture {name!r}: unknown tasks {unknown}")
+  if name in seqio.MixtureRegistry.names():
+    seqio.MixtureRegistry.remove(name)
+  seqio.MixtureRegistry.add(name, list(task_names), default_rate=rate)
+  return name
+
+
+def _heap_criteria(needs_context: bool) -> list[str]:
+  return [f"heap_{c}" for c, spec in heap.HEAP_CRITERIA.items()
+          if spec.needs_context == needs_context]
+
+
+def mixture_definitions() -> dict[str, list[str]]:
+  """Every predefined mixture name and its tasks."""
+  preference = list(tasks.PREFERENCE_TASKS)
+  out = {
+      # The generation task first, so the mixture carries inputs/targets only.
+      "generation_and_cloze": list(tasks.GENERATION_TASKS + tasks.CLOZE_TASKS),
+      "heap_multitask": preference,
+  }
+  for task in preference:
+    if task.startswith("heap_"):
+      out[f"heap_leave_out_{task[len('heap_'):]}"] = [t for t in preference if t != task]
+  clusters = {"context": _heap_criteria(True), "no_context": _heap_criteria(False)}
+  for cluster, members in clusters.items():
+    out[f"heap_cluster_{cluster}"] = members
+    # HEAP's cross-cluster setting: train on every preference task outside the cluster.
+    out[f"heap_leave_out_cluster_{cluster}"] = [t for t in preference if t not in members]
+  out["quickstart"] = ["turingadvice_generation", "timedial_weak_supervision",
+                       "timedial_cloze_full", "asq_intent_cloze", "heap_advice_helpfulness",
+                       "heap_answer_validity", "summarize_feedback_preference"]
+  return out
+
+
+def register_mixtures():
+  for name, task_names in mixture_definitions().items():
+    register_mixture(name, task_names)

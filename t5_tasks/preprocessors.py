@@ -1,0 +1,230 @@
+"""How each family's records become model inputs: pure text functions and the seqio steps.
+
+The text functions are plain Python (tested directly); the seqio preprocessors run them
+inside tf.data through `tf.numpy_function`, with the task's vocabulary and the run's
+`sequence_length` when they need to count tokens.
+"""
+import datetime
+import re
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import seqio
+import tensorflow as tf
+
+# The T5 sentinel that replaces TimeDial's <MASK>; a SentencePiece vocabulary with extra ids
+# encodes it as one token, ByteVocabulary as its bytes.
+SENTINEL = "<extra_id_0>"
+MASK = "<MASK>"
+TIMEDIAL_SCOPES = ("full", "local", "target")
+
+
+def _text(value) -> str:
+  return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def token_counter(vocabulary: seqio.Vocabulary) -> Callable[[str], int]:
+  return lambda text: len(vocabulary.encode(text))
+
+
+def split_paragraphs(text: str) -> tuple[list[str], str]:
+  """Paragraphs (blank-line separated, else lines) and the separator to join them back."""
+  paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text.strip()) if p.strip()]
+  if len(paragraphs) >= 3:
+    return paragraphs, "\n\n"
+  return [line.strip() for line in text.strip().split("\n") if line.strip()], "\n"
+
+
+def trim_middle_paragraphs(text: str, build: Callable[[str], str],
+                           count_tokens: Callable[[str], int], max_tokens: int | None) -> str:
+  """`build(text)`, dropping whole paragraphs of `text` from its middle until it fits.
+
+  The first and last paragraphs always stay; if they alone do not fit, the result is
+  longer than `max_tokens` and the pipeline's final truncation cuts its end.
+  """
+  if max_tokens is None or count_tokens(build(text)) <= max_tokens:
+    return build(text)
+  paragraphs, separator = split_paragraphs(text)
+  while len(paragraphs) > 2:
+    del paragraphs[len(paragraphs) // 2]
+    candidate = build(separator.join(paragraphs))
+    if count_tokens(candidate) <= max_tokens:
+      return candidate
+  return build(separator.join(paragraphs))
+
+
+def format_date(created_utc: int) -> str:
+  moment = datetime.datetime.fromtimestamp(int(created_utc), tz=datetime.timezone.utc)
+  return f"{moment:%B} {moment.day}, {moment.year}"
+
+
+def advice_inputs_text(subreddit: str, created_utc: int, title: str, situation: str,
+                       count_tokens: Callable[[str], int], max_tokens: int | None) -> str:
+  """Named fields in order subreddit, date, title, situation; the situation trimmed to fit."""
+  head = f"Subreddit: r/{subreddit}\nDate: {format_date(created_utc)}\nTitle: {title}\n"
+  return trim_middle_paragraphs(situation, lambda body: f"{head}Situation: {body}",
+                                count_tokens, max_tokens)
+
+
+def dialog_context(conversation: Sequence[str], mask_turn: int, scope: str) -> str:
+  """The dialog text a TimeDial model sees, with <MASK> turned into the sentinel.
+
+  full: every turn; local: the turns just before and after the masked turn, and it;
+  target: the masked turn only.
+  """
+  if scope not in TIMEDIAL_SCOPES:
+    raise ValueError(f"unknown TimeDial scope {scope!r}; expected one of {TIMEDIAL_SCOPES}")
+  if not 0 <= mask_turn < len(conversation) or MASK not in conversation[mask_turn]:
+    raise ValueError(f"turn {mask_turn} of a {len(conversation)}-turn dialog holds no {MASK}")
+  if scope == "full":
+    turns = conversation
+  elif scope == "local":
+    turns = conversation[max(0, mask_turn - 1):mask_turn + 2]
+  else:
+    turns = conversation[mask_turn:mask_turn + 1]
+  return "\n".join(turns).replace(MASK, SENTINEL)
+
+
+def summary_inputs_text(subreddit: str, title: str, post: str,
+                        count_tokens: Callable[[str], int], max_tokens: int | None) -> str:
+  """Stiennon et al.'s query, the post cut at its last newline (else word) that fits."""
+  def build(body):
+    fields = [("SUBREDDIT", f"r/{subreddit}" if subreddit else ""), ("TITLE", title),
+              ("POST", body)]  # news articles come without subreddit and title
+    return "".join(f"{name}: {value}\n\n" for name, value in fields if value) + "TL;DR:"
+  post = post.strip()
+  if max_tokens is None or count_tokens(build(post)) <= max_tokens:
+    return build(post)
+  for separator in ("\n", " "):
+    cuts = [m.start() for m in re.finditer(re.escape(separator), post)]
+    for cut in reversed(cuts):
+      if count_tokens(build(post[:cut].rstrip())) <= max_tokens:
+        return build(post[:cut].rstrip())
+  return build("")
+
+
+def preference_inputs_text(instruction: str, labels: Sequence[str], texts: Sequence[str]) -> str:
+  """The criterion's instruction, then each context field as `label: text`, one per line."""
+  return "\n".join([instruction] + [f"{label}: {text}" for label, text in zip(labels, texts)])
+
+
+def _max_text_tokens(sequence_length, key="inputs") -> int | None:
+  if not sequence_length or sequence_length.get(key) is None:
+    return None
+  return sequence_length[key] - 1  # room for EOS
+
+
+def _py_string(fn, inputs) -> tf.Tensor:
+  out = tf.numpy_function(lambda *args: fn(*args).encode("utf-8"), inputs, tf.string,
+                          stateful=False)
+  out.set_shape([])
+  return out
+
+
+def advice_inputs(dataset, sequence_length, output_features):
+  """seqio step: RedditAdvice fields -> `inputs`, trimmed by paragraphs to the inputs length."""
+  count = token_counter(output_features["inputs"].vocabulary)
+  max_tokens = _max_text_tokens(sequence_length)
+
+  def fn(subreddit, created_utc, title, selftext):
+    return advice_inputs_text(_text(subreddit), int(created_utc), _text(title), _text(selftext),
+                              count, max_tokens)
+
+  def step(ex):
+    ex = dict(ex)
+    ex["inputs"] = _py_string(fn, [ex["subreddit"], ex["created_utc"], ex["title"],
+                                   ex["selftext"]])
+    return ex
+  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def timedial_inputs(dataset, scope: str):
+  """seqio step: a masked dialog -> `inputs` in the given scope, `targets` a correct option."""
+  dialog_context([MASK], 0, scope)  # fail at task registration on a bad scope
+
+  def fn(conversation, mask_turn):
+    return dialog_context([_text(t) for t in conversation], int(mask_turn), scope)
+
+  def step(ex):
+    ex = dict(ex)
+    ex["inputs"] = _py_string(fn, [ex["conversation"], ex["mask_turn"]])
+    ex["targets"] = first_correct(ex)
+    return ex
+  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def summary_inputs(dataset, sequence_length, output_features):
+  """seqio step: a summarize-from-feedback post -> the `SUBREDDIT: … TL;DR:` query."""
+  count = token_counter(output_features["inputs"].vocabulary)
+  max_tokens = _max_text_tokens(sequence_length)
+
+  def fn(subreddit, title, post):
+    return summary_inputs_text(_text(subreddit), _text(title), _text(post), count, max_tokens)
+
+  def step(ex):
+    ex = dict(ex)
+    ex["inputs"] = _py_string(fn, [ex["subreddit"], ex["title"], ex["post"]])
+    ex["targets"] = first_correct(ex)
+    return ex
+  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def preference_inputs(dataset):
+  """seqio step: instruction + labelled context -> `inputs`; the preferred response -> `targets`."""
+  def fn(instruction, labels, texts):
+    return preference_inputs_text(_text(instruction), [_text(x) for x in labels],
+                                  [_text(x) for x in texts])
+
+  def step(ex):
+    ex = dict(ex)
+    ex["inputs"] = _py_string(fn, [ex["instruction"], ex["context_labels"], ex["context_texts"]])
+    ex["targets"] = first_correct(ex)
+    return ex
+  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def cloze_targets(dataset):
+  """seqio step for items whose `inputs` is already text: `targets` a correct candidate."""
+  return dataset.map(lambda ex: {**ex, "targets": first_correct(ex)},
+                     num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def first_correct(ex: Mapping[str, tf.Tensor]) -> tf.Tensor:
+  """The text of the first candidate labelled 1, so a cloze task can also train token CE."""
+  return tf.gather(ex["candidates"], tf.argmax(ex["candidate_labels"], output_type=tf.int32))
+
+
+def tokenize(dataset, output_features, copy_pretokenized: bool = True):
+  """seqio.preprocessors.tokenize that also handles rank-2 (candidate list) string features.
+
+  Each candidate is encoded on its own: ByteVocabulary's encode_tf needs equal-length
+  strings when given a vector.
+  """
+  def step(ex):
+    ex = dict(ex)
+    for key, feature in output_features.items():
+      if key not in ex or isinstance(feature.vocabulary, seqio.PassThroughVocabulary):
+        continue
+      if copy_pretokenized:
+        ex[f"{key}_pretokenized"] = ex[key]
+      vocabulary = feature.vocabulary
+      if feature.rank == 2:
+        ex[key] = tf.map_fn(vocabulary.encode_tf, ex[key],
+                            fn_output_signature=tf.RaggedTensorSpec([None], tf.int32))
+      else:
+        ex[key] = vocabulary.encode_tf(ex[key])
+    return ex
+  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def append_eos_after_trim(dataset, output_features, sequence_length=None):
+  """seqio's append_eos_after_trim; each candidate is trimmed to the `targets` length.
+
+  Candidates are decoded like targets, and seqio's final trim would cut a rank-2 feature
+  along its candidate axis, so `candidates` takes no sequence length of its own.
+  """
+  lengths = dict(sequence_length or {})
+  lengths.pop("candidates", None)
+  if "candidates" in output_features and lengths.get("targets") is not None:
+    lengths["candidates"] = lengths["targets"]
+  return seqio.preprocessors.append_eos_after_trim(dataset, output_features, lengths or None)
