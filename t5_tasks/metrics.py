@@ -6,6 +6,7 @@ candidate alike sits at chance instead of at 0 or 1.
 """
 import dataclasses
 import math
+import warnings
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -48,9 +49,12 @@ def _bootstrap(statistic, *samples, num_bootstrap, seed, paired=False) -> tuple[
   if len(samples[0]) < 2:
     value = float(statistic(*samples, axis=-1))
     return value, value
-  result = stats.bootstrap(samples, statistic, n_resamples=num_bootstrap,
-                           confidence_level=CONFIDENCE, method="percentile", paired=paired,
-                           vectorized=True, random_state=np.random.default_rng(seed))
+  with warnings.catch_warnings():
+    # Tiny samples can resample to constant vectors (an undefined correlation): a NaN bound.
+    warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+    result = stats.bootstrap(samples, statistic, n_resamples=num_bootstrap,
+                             confidence_level=CONFIDENCE, method="percentile", paired=paired,
+                             vectorized=True, random_state=np.random.default_rng(seed))
   return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 

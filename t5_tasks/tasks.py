@@ -84,10 +84,17 @@ def _single_file(dataset: str) -> str:
   return files["all"]
 
 
-def _heap_split(context) -> str:
-  """A stable split per context, so that comparisons of one context share a split."""
-  bucket = int(hashlib.sha256(repr(context).encode("utf-8")).hexdigest(), 16) % 10
-  return "test" if bucket == 9 else "validation" if bucket == 8 else "train"
+def _context_splits(contexts) -> dict:
+  """{context: split}: contexts ordered by a hash, the last tenths to validation and test.
+
+  All comparisons of one context share a split; with 3 or more contexts each split gets at
+  least one, so even the quickstart files evaluate.
+  """
+  ordered = sorted(set(contexts), key=lambda c: hashlib.sha256(repr(c).encode()).hexdigest())
+  held_out = max(1, round(0.1 * len(ordered))) if len(ordered) >= 3 else 0
+  train = len(ordered) - 2 * held_out
+  return {c: "train" if i < train else "validation" if i < train + held_out else "test"
+          for i, c in enumerate(ordered)}
 
 
 def _one_hot(index: int, size: int) -> list[int]:
@@ -167,8 +174,9 @@ def heap_examples(criterion: str) -> dict[str, list[dict]]:
   path = _single_file(f"heap/{heap.HEAP_CRITERIA[criterion].source}")
   comparisons, _ = heap.read_heap_comparisons(criterion, path)
   out = {split: [] for split in DATASET_SPLITS["heap"]}
+  splits = _context_splits(c.context for c in comparisons)
   for c in comparisons:
-    out[_heap_split(c.context)].append(dict(
+    out[splits[c.context]].append(dict(
         id=c.id, instruction=c.instruction, context_labels=[k for k, _ in c.context],
         context_texts=[v for _, v in c.context], candidates=[c.good, c.bad],
         candidate_labels=[1, 0], candidate_scores=[c.good_score, c.bad_score]))
