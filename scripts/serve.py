@@ -25,13 +25,6 @@ _DISCARD_LIMIT = 64 << 20
 
 Generator = Callable[[list[dict]], list[str]]
 
-_BASELINE = flags.DEFINE_enum("baseline", None, ["tfidf"], "Serve a baseline instead of a checkpoint.")
-_TRAIN_FILE = flags.DEFINE_string("train_file", None, "RedditAdvice2019 JSON lines indexed by --baseline=tfidf.")
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Model checkpoint to generate advice with (runner.infer).")
-_HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to bind; loopback unless told otherwise.")
-_PORT = flags.DEFINE_integer("port", 5000, "Port to bind (0 picks a free one).")
-_MAX_REQUEST_BYTES = flags.DEFINE_integer("max_request_bytes", 1 << 20, "Larger request bodies get HTTP 413.")
-
 
 class RequestError(Exception):
   """A request the server refuses, with the HTTP status to answer."""
@@ -139,17 +132,29 @@ def checkpoint_generator(checkpoint: str) -> Generator:
   return infer.advice_generator(checkpoint)
 
 
+def define_flags() -> None:
+  """Defines the command line's flags; called only when run as a program, so that
+  importing the server (tests, other programs) adds nothing to the global FLAGS."""
+  flags.DEFINE_enum("baseline", None, ["tfidf"], "Serve a baseline instead of a checkpoint.")
+  flags.DEFINE_string("train_file", None, "RedditAdvice2019 JSON lines indexed by --baseline=tfidf.")
+  flags.DEFINE_string("checkpoint", None, "Model checkpoint to generate advice with (runner.infer).")
+  flags.DEFINE_string("host", "127.0.0.1", "Address to bind; loopback unless told otherwise.")
+  flags.DEFINE_integer("port", 5000, "Port to bind (0 picks a free one).")
+  flags.DEFINE_integer("max_request_bytes", 1 << 20, "Larger request bodies get HTTP 413.")
+
+
 def main(argv: Sequence[str]) -> None:
   del argv
-  if (_BASELINE.value is None) == (_CHECKPOINT.value is None):
+  args = flags.FLAGS
+  if (args.baseline is None) == (args.checkpoint is None):
     raise app.UsageError("give exactly one of --baseline or --checkpoint")
-  if _BASELINE.value == "tfidf":
-    if not _TRAIN_FILE.value:
+  if args.baseline == "tfidf":
+    if not args.train_file:
       raise app.UsageError("--baseline=tfidf needs --train_file")
-    generator = tfidf_generator(_TRAIN_FILE.value)
+    generator = tfidf_generator(args.train_file)
   else:
-    generator = checkpoint_generator(_CHECKPOINT.value)
-  server = make_server(generator, _HOST.value, _PORT.value, _MAX_REQUEST_BYTES.value)
+    generator = checkpoint_generator(args.checkpoint)
+  server = make_server(generator, args.host, args.port, args.max_request_bytes)
   host, port = server.server_address[:2]
   print(f"serving POST http://{host}:{port}{ASK_PATH}", flush=True)
   try:
@@ -159,4 +164,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
