@@ -1,0 +1,125 @@
+"""Input formatting: paragraph trimming, TimeDial scopes, summary truncation, candidate batching."""
+import numpy as np
+import pytest
+import seqio
+import tensorflow as tf
+
+from t5_tasks import batching
+from t5_tasks import preprocessors
+
+BYTES = seqio.ByteVocabulary()
+COUNT = preprocessors.token_counter(BYTES)
+PARAGRAPHS = [f"Paragraph {i}: " + "word " * (10 + i) for i in range(8)]
+SITUATION = "\n\n".join(p.strip() for p in PARAGRAPHS)
+
+
+def _advice(max_tokens):
+  return preprocessors.advice_inputs_text("relationships", 1546300800, "A title", SITUATION,
+                                          COUNT, max_tokens)
+
+
+def test_advice_fields_in_order_and_untrimmed_when_it_fits():
+  text = _advice(None)
+  assert text == ("Subreddit: r/relationships\nDate: January 1, 2019\nTitle: A title\n"
+                  f"Situation: {SITUATION}")
+  assert _advice(len(BYTES.encode(text))) == text
+
+
+@pytest.mark.parametrize("budget_cut", [1, 40, 150, 250])
+def test_trimming_keeps_first_and_last_paragraphs_and_fits(budget_cut):
+  full = _advice(None)
+  max_tokens = len(BYTES.encode(full)) - budget_cut
+  text = _advice(max_tokens)
+  assert len(BYTES.encode(text)) <= max_tokens
+  kept = text.split("Situation: ", 1)[1].split("\n\n")
+  assert kept[0] == PARAGRAPHS[0].strip() and kept[-1] == PARAGRAPHS[-1].strip()
+  assert set(kept) <= {p.strip() for p in PARAGRAPHS}
+  # Paragraphs go from the middle out (for 8: 4, 3, 5, 2, 6, 1), only as many as needed:
+  # with the last removed one put back, the text would not fit.
+  removed = [i for i in (4, 3, 5, 2, 6, 1) if PARAGRAPHS[i].strip() not in kept]
+  assert removed == [4, 3, 5, 2, 6, 1][:len(removed)] and removed
+  restored = sorted(set(range(8)) - set(removed[:-1]))
+  bigger = _advice(None).split("Situation: ")[0] + "Situation: " + "\n\n".join(
+      PARAGRAPHS[i].strip() for i in restored)
+  assert len(BYTES.encode(bigger)) > max_tokens
+
+
+def test_trimming_drops_middle_first():
+  full = _advice(None)
+  kept = _advice(len(BYTES.encode(full)) - 1).split("Situation: ", 1)[1].split("\n\n")
+  assert PARAGRAPHS[4].strip() not in kept and len(kept) == 7
+
+
+CONVERSATION = ["A: t0", "B: t1", "A: t2 <MASK> here", "B: t3", "A: t4"]
+
+
+@pytest.mark.parametrize("scope, turns", [("full", [0, 1, 2, 3, 4]), ("local", [1, 2, 3]),
+                                          ("target", [2])])
+def test_timedial_scopes_cut_the_dialog(scope, turns):
+  text = preprocessors.dialog_context(CONVERSATION, 2, scope)
+  expected = "\n".join(CONVERSATION[i] for i in turns).replace("<MASK>", "<extra_id_0>")
+  assert text == expected
+
+
+def test_timedial_local_scope_at_dialog_edges():
+  assert preprocessors.dialog_context(["<MASK> x", "y", "z"], 0, "local") == "<extra_id_0> x\ny"
+  assert preprocessors.dialog_context(["x", "y", "<MASK>"], 2, "local") == "y\n<extra_id_0>"
+
+
+def test_timedial_bad_scope_or_turn_is_named():
+  with pytest.raises(ValueError, match="unknown TimeDial scope 'wide'"):
+    preprocessors.dialog_context(CONVERSATION, 2, "wide")
+  with pytest.raises(ValueError, match="turn 1 of a 5-turn dialog holds no <MASK>"):
+    preprocessors.dialog_context(CONVERSATION, 1, "full")
+
+
+def test_summary_query_format_and_newline_truncation():
+  post = "First line of the post.\nSecond line here.\nThird and last line."
+  full = preprocessors.summary_inputs_text("tifu", "Title", post, COUNT, None)
+  assert full == f"SUBREDDIT: r/tifu\n\nTITLE: Title\n\nPOST: {post}\n\nTL;DR:"
+  cut = preprocessors.summary_inputs_text("tifu", "Title", post, COUNT,
+                                          len(BYTES.encode(full)) - 5)
+  assert cut == ("SUBREDDIT: r/tifu\n\nTITLE: Title\n\nPOST: First line of the post.\n"
+                 "Second line here.\n\nTL;DR:")
+
+
+def test_preference_inputs_instruction_then_labelled_context():
+  text = preprocessors.preference_inputs_text("Which is better?", ["Story", "Question"],
+                                              ["A story.", "Why?"])
+  assert text == "Which is better?\nStory: A story.\nQuestion: Why?"
+
+
+def _tokenized(candidates, targets_length):
+  features = {"inputs": seqio.Feature(BYTES), "targets": seqio.Feature(BYTES),
+              "candidates": seqio.Feature(BYTES, rank=2)}
+  ds = tf.data.Dataset.from_tensors({"inputs": "ctx", "targets": candidates[0],
+                                     "candidates": tf.constant(candidates)})
+  ds = preprocessors.tokenize(ds, features)
+  ds = preprocessors.append_eos_after_trim(ds, features, {"targets": targets_length,
+                                                          "candidates": 1})
+  return next(ds.as_numpy_iterator())
+
+
+def test_candidates_of_different_lengths_get_eos_each_and_targets_length():
+  ex = _tokenized(["abcdef", "de"], targets_length=4)
+  rows = ex["candidates"].to_list() if hasattr(ex["candidates"], "to_list") else ex["candidates"]
+  assert [list(r) for r in rows] == [BYTES.encode("abc") + [1], BYTES.encode("de") + [1]]
+  assert list(ex["candidates_pretokenized"]) == [b"abcdef", b"de"]
+
+
+def test_candidates_to_numpy_pads_items_and_candidates():
+  examples = [
+      {"inputs": [5, 6, 1], "candidates": [[7, 1], [8, 9, 1]], "candidate_labels": [0, 1]},
+      {"inputs": [5, 1], "candidates": [[7, 7, 7, 1]], "candidate_labels": [1]},
+  ]
+  batch = batching.candidates_to_numpy(examples)
+  np.testing.assert_array_equal(batch["input_ids"], [[5, 6, 1], [5, 1, 0]])
+  np.testing.assert_array_equal(batch["candidate_ids"], [[[7, 1, 0, 0], [8, 9, 1, 0]],
+                                                         [[7, 7, 7, 1], [0, 0, 0, 0]]])
+  np.testing.assert_array_equal(batch["candidate_labels"], [[0, 1], [1, 0]])
+  np.testing.assert_array_equal(batch["candidate_mask"], [[True, True], [True, False]])
+  assert batch["candidate_ids"].dtype == np.int32
+  fixed = batching.candidates_to_numpy(examples, max_candidates=3, candidate_length=2)
+  assert fixed["candidate_ids"].shape == (2, 3, 2)
+  with pytest.raises(ValueError, match="example 0: 2 candidates, more than max_candidates=1"):
+    batching.candidates_to_numpy(examples, max_candidates=1)
