@@ -1,0 +1,54 @@
+"""TFDS builders: prepare from a manual_dir offline, read back the same records."""
+import json
+import pathlib
+import shutil
+
+import pytest
+
+tfds = pytest.importorskip("tensorflow_datasets")
+
+from t5_tasks.sources import asq  # pylint: disable=g-import-not-at-top
+from t5_tasks.sources import heap
+from t5_tasks.sources import tfds_builders
+
+DATA = pathlib.Path(__file__).resolve().parents[2] / "t5_tasks" / "data"
+
+
+def _prepare(name, manual_dir, data_dir):
+  builder = tfds.builder(name, data_dir=str(data_dir))
+  builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(manual_dir)))
+  return builder
+
+
+def test_asq_builds_from_quickstart_and_reads_back(tmp_path):
+  builder = _prepare(tfds_builders.Asq.name, DATA, tmp_path / "tfds")
+  raw = {split: json.loads((DATA / f"asq_{split}.json").read_text()) for split in ("train", "test")}
+  assert {s: info.num_examples for s, info in builder.info.splits.items()} == {s: len(r) for s, r in raw.items()}
+  examples = list(tfds.as_numpy(builder.as_dataset(split="test")))
+  assert len(examples) == len(raw["test"])
+  by_id = {e["id"].decode(): e for e in examples}
+  first_round = json.loads((DATA / "asq_annotation_first.json").read_text())
+  expected_types = asq.pair_types_by_id(asq.read_asq_annotations(DATA / "asq_annotation_first.json")[0],
+                                        asq.read_asq_annotations(DATA / "asq_annotation_second.json")[0])
+  for r in raw["test"]:
+    e = by_id[r["id"]]
+    assert e["label"] == r["label"] and [q.decode() for q in e["questions"]] == [r["qn1"], r["qn2"]]
+    assert e["pair_type"].decode() == expected_types.get(r["id"], "")
+  assert sum(e["pair_type"] != b"" for e in examples) == len({a["id"] for a in first_round} & set(expected_types))
+
+
+def test_heap_builder_keeps_every_comparison(tmp_path):
+  manual = tmp_path / "manual"
+  manual.mkdir()
+  shutil.copy(DATA / "tellmewhy_test_caters_sample.csv", manual)
+  builder = _prepare(f"{tfds_builders.HeapComparisons.name}/answer_validity", manual, tmp_path / "tfds")
+  expected, _ = heap.read_heap_comparisons("answer_validity", manual / "tellmewhy_test_caters_sample.csv")
+  examples = list(tfds.as_numpy(builder.as_dataset(split="test")))
+  assert sorted((e["good"].decode(), e["bad"].decode()) for e in examples) == sorted(
+      (c.good, c.bad) for c in expected)
+  assert all(e["good_score"] > e["bad_score"] for e in examples)
+
+
+def test_missing_files_name_the_folder_and_what_to_put_there(tmp_path):
+  with pytest.raises(FileNotFoundError, match=rf"timedial: no files in {tmp_path}.*test.json"):
+    _prepare(tfds_builders.Timedial.name, tmp_path, tmp_path / "tfds")
