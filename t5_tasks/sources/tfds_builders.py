@@ -133,7 +133,8 @@ class RedditAdvice2019(_SplitFieldBuilder):
 class SummarizeFromFeedback(_SplitFieldBuilder):
   """Human comparisons of two summaries of a post (learning to summarize from human feedback)."""
   name = "summarize_from_feedback"
-  MANUAL_DOWNLOAD_INSTRUCTIONS = "Put the comparison JSON lines (summarize_comparisons*.jsonl or comparisons/*.json) in manual_dir."
+  MANUAL_DOWNLOAD_INSTRUCTIONS = ("Put the comparison JSON lines (summarize_comparisons*.jsonl or "
+                                  "comparisons/*.json) in manual_dir.")
   FILES = {"all": ("**/summarize_comparisons*.jsonl", "**/comparisons/*.json")}
   SPLIT_NAMES = {"train": "train", "valid1": "valid1", "valid2": "valid2"}
   FEATURES = {"id": _TEXT, "subreddit": _TEXT, "title": _TEXT, "post": _TEXT, "summaries": _TEXTS,
@@ -156,7 +157,8 @@ class SummarizeFromFeedback(_SplitFieldBuilder):
 class TuringadviceEval(_ManualBuilder):
   """TuringAdvice human evaluation: per situation, each system's advice and its Turk verdict."""
   name = "turingadvice_eval"
-  MANUAL_DOWNLOAD_INSTRUCTIONS = "Put the evaluation results JSON lines (turingadvice*.jsonl or turingadvice/*.jsonl) in manual_dir."
+  MANUAL_DOWNLOAD_INSTRUCTIONS = ("Put the evaluation results JSON lines (turingadvice*.jsonl or "
+                                  "turingadvice/*.jsonl) in manual_dir.")
   FILES = {"test": ("**/turingadvice*.jsonl", "**/turingadvice/*.jsonl")}
   FEATURES = {"id": _TEXT, "subreddit": _TEXT, "title": _TEXT, "selftext": _TEXT, "submitted_time": np.int64,
               "best_advice": _TEXT, "systems": _TEXTS, "model_advice": _TEXTS,
