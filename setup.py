@@ -18,6 +18,7 @@ setuptools.setup(
         "gin-config",
         "clu",
         "numpy",
+        "importlib_resources",  # tensorflow-datasets needs it to prepare builders defined in a package
         "scipy",
         "scikit-learn",
         "matplotlib",
