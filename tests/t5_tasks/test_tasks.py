@@ -1,0 +1,205 @@
+"""Every registered task yields correctly formatted examples from the quickstart data.
+
+The quickstart folder has one HEAP source (TellMeWhy) besides TuringAdvice; the other HEAP
+sources get small hand-written files here, in their released formats.
+"""
+import csv
+import json
+
+import gin
+import pytest
+import seqio
+
+import t5_tasks  # pylint: disable=unused-import  (registers the tasks)
+from t5_tasks import preprocessors
+from t5_tasks import tasks
+from t5_tasks.sources import heap
+
+LENGTHS = {"inputs": 512, "targets": 64}
+EOS = 1
+
+
+def write_heap_fixtures(folder) -> dict:
+  """Tiny defeasible, CommonGen and story-rewriting files; returns the data_files binding."""
+  defeasible = folder / "def_inf.jsonl"
+  with open(defeasible, "w") as f:
+    for premise in ("A man is jogging in a park.", "A girl is baking a cake."):
+      for label in ("attenuator", "intensifier"):
+        for update, ratings in ((f"Update one for {label}.", [2, 1, 1]),
+                                (f"Update two for {label}.", [-1, -2, 0])):
+          f.write(json.dumps({"premise": premise, "hypothesis": "The person is happy.",
+                              "update": update, "model": "m", "dataset": "snli",
+                              "pred_label": label, "human_label": ratings}) + "\n")
+  commongen = folder / "sheet1.csv"
+  with open(commongen, "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(["Compare the two sentences.", "", ""])
+    for concepts in ("dog ball throw", "cook pan egg", "river boat row"):
+      writer.writerow([f"Concept set: {concepts}", "", ""])
+      writer.writerow([f"Reference: A sentence about {concepts}.", "", ""])
+      writer.writerow([f"A plausible {concepts} scene.", f"An odd {concepts} scene.", "1"])
+      writer.writerow([f"An odd {concepts} scene.", f"A strange {concepts} scene.", "-0.5"])
+  story = folder / "story.csv"
+  columns = ["Input.STORY", "Input.X1", "Input.X2", "Input.Y", "Input.XX2", "Input.YY1",
+             "Input.YY2", "Input.YY1_MODEL", "Input.YY2_MODEL"] + [
+                 f"Answer.{c}" for c in ("counterfactual", "ending", "plot", "premise", "second")]
+  with open(story, "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(columns)
+    for i in range(3):
+      writer.writerow([f"s{i}", f"Premise {i}.", f"Second {i}.", f"Ending {i}.",
+                       f"New second {i}.", f"Rewrite A {i}.", f"Rewrite B {i}.", "m1", "m2",
+                       "A", "B", "A", "A", "B"])
+  return {"heap/defeasible": {"all": str(defeasible)}, "heap/commongen": {"all": str(commongen)},
+          "heap/story_rewriting": {"all": str(story)}}
+
+
+@pytest.fixture
+def heap_files(tmp_path):
+  files = write_heap_fixtures(tmp_path)
+  with gin.unlock_config():
+    gin.bind_parameter("t5_tasks.tasks.data_files.files", files)
+  yield files
+  gin.clear_config()
+
+
+def _examples(name, split):
+  ds = seqio.get_mixture_or_task(name).get_dataset(LENGTHS, split=split, shuffle=False)
+  return list(ds.as_numpy_iterator())
+
+
+def _rows(candidates):
+  return [list(r) for r in (candidates.to_list() if hasattr(candidates, "to_list") else candidates)]
+
+
+def _check_candidates(ex):
+  vocab = seqio.ByteVocabulary()
+  texts = [t.decode() for t in ex["candidates_pretokenized"]]
+  rows = _rows(ex["candidates"])
+  assert len(rows) == len(texts) == len(ex["candidate_labels"]) >= 1
+  for row, text in zip(rows, texts):
+    assert row[-1] == EOS and row[:-1] == vocab.encode(text)[:LENGTHS["targets"] - 1]
+  assert ex["candidate_labels"].dtype.name == "int32" and ex["candidate_labels"].max() == 1
+  correct = [t for t, y in zip(texts, ex["candidate_labels"]) if y == 1]
+  assert ex["targets_pretokenized"].decode() == correct[0]
+  assert list(ex["targets"]) == rows[list(ex["candidate_labels"]).index(1)]
+  inputs = list(ex["inputs"])
+  assert inputs[-1] == EOS and len(inputs) <= LENGTHS["inputs"]
+  assert inputs[:-1] == vocab.encode(ex["inputs_pretokenized"].decode())[:LENGTHS["inputs"] - 1]
+  assert ex["id"]
+
+
+FORMATS = {
+    "turingadvice_generation": lambda text: text.startswith("Subreddit: r/") and "\nDate: " in text,
+    "timedial_cloze_full": lambda text: preprocessors.SENTINEL in text,
+    "timedial_cloze_local": lambda text: preprocessors.SENTINEL in text and text.count("\n") <= 2,
+    "timedial_cloze_target": lambda text: preprocessors.SENTINEL in text and "\n" not in text,
+    "timedial_weak_supervision": lambda text: preprocessors.SENTINEL in text,
+    "asq_intent_cloze": lambda text: "\n" not in text,
+    "summarize_feedback_preference": lambda text: text.startswith("SUBREDDIT: r/")
+                                                  and text.endswith("TL;DR:"),
+}
+for _criterion, _spec in heap.HEAP_CRITERIA.items():
+  FORMATS[f"heap_{_criterion}"] = (
+      lambda text, instruction=_spec.instruction: text.startswith(instruction + "\n"))
+
+
+def test_every_family_is_registered():
+  assert set(seqio.TaskRegistry.names()) >= set(FORMATS)
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_every_task_yields_formatted_examples(name, heap_files):
+  task = seqio.get_mixture_or_task(name)
+  total = 0
+  for split in task.splits:
+    examples = _examples(name, split)
+    total += len(examples)
+    for ex in examples:
+      _check_candidates(ex)
+      assert FORMATS[name](ex["inputs_pretokenized"].decode()), ex["inputs_pretokenized"]
+  assert total > 0
+
+
+def test_counts_match_the_raw_files():
+  asq_test = json.loads((tasks.QUICKSTART_DIR / "asq_test.json").read_text())
+  assert len(_examples("asq_intent_cloze", "test")) == len(asq_test)
+  timedial = json.loads((tasks.QUICKSTART_DIR / "timedial_test.json").read_text())
+  assert len(_examples("timedial_cloze_full", "test")) == len(timedial)
+  lines = (tasks.QUICKSTART_DIR / "reddit_advice_2019.jsonl").read_text().splitlines()
+  situations = [json.loads(line) for line in lines if line.strip()]
+  expected = sum(len(s["good_comments"]) for s in situations if s["split"] == "train")
+  assert len(_examples("turingadvice_generation", "train")) == expected
+
+
+def test_asq_labels_and_pair_types_follow_the_files():
+  items = {x["id"]: x for x in json.loads((tasks.QUICKSTART_DIR / "asq_test.json").read_text())}
+  first = json.loads((tasks.QUICKSTART_DIR / "asq_annotation_first.json").read_text())
+  for ex in _examples("asq_intent_cloze", "test"):
+    item = items[ex["id"].decode()]
+    assert ex["inputs_pretokenized"].decode() == item["narrative"]
+    assert list(ex["candidates_pretokenized"]) == [item["qn1"].encode(), item["qn2"].encode()]
+    assert list(ex["candidate_labels"]) == [int(item["label"] == 0), int(item["label"] == 1)]
+  by_id = {ex["id"].decode(): ex for ex in _examples("asq_intent_cloze", "test")}
+  annotated = first[0]
+  if annotated["true_qn_type"] == "1" and annotated["paired_qn_type"] == "3":
+    assert by_id[annotated["id"]]["pair_type"] == b"C+E"
+  assert any(ex["pair_type"] for ex in by_id.values())
+
+
+def test_timedial_candidates_are_both_correct_then_both_incorrect():
+  raw = {str(x["id"]): x for x in json.loads((tasks.QUICKSTART_DIR / "timedial_test.json")
+                                             .read_text())}
+  for ex in _examples("timedial_cloze_target", "test"):
+    item = raw[ex["id"].decode()]
+    assert [c.decode() for c in ex["candidates_pretokenized"]] == [
+        item["correct1"], item["correct2"], item["incorrect1"], item["incorrect2"]]
+    assert list(ex["candidate_labels"]) == [1, 1, 0, 0]
+    assert [r.decode() for r in ex["candidate_rules"]] == [
+        "", "", item["incorrect1_rule"], item["incorrect2_rule"]]
+
+
+def test_advice_inputs_are_trimmed_to_the_inputs_length():
+  ds = seqio.get_mixture_or_task("turingadvice_generation").get_dataset(
+      {"inputs": 128, "targets": 32}, split="train", shuffle=False)
+  for ex in ds.as_numpy_iterator():
+    text = ex["inputs_pretokenized"].decode()
+    assert text.startswith("Subreddit: r/")
+    assert len(ex["inputs"]) <= 128 and ex["inputs"][-1] == EOS
+
+
+def test_missing_data_names_the_gin_binding():
+  with pytest.raises(ValueError, match=r"data_files.files = \{'heap/defeasible'"):
+    _examples("heap_update_attenuator", "train")
+
+
+def test_metric_fns_run_on_task_targets():
+  task = seqio.get_mixture_or_task("timedial_cloze_full")
+  examples = _examples("timedial_cloze_full", "test")
+  targets = [task.postprocess_fn(None, example=ex, is_target=True) for ex in examples]
+  # Scores that rank the candidates in file order: both correct ones on top.
+  scores = [[4.0, 3.0, 2.0, 1.0] for _ in examples]
+  out = task.score_metric_fns[0](targets, scores)
+  assert out["two_best_accuracy"] == 1.0 and out["accuracy"] == 1.0
+  rates = {k: v for k, v in out.items()
+           if k.startswith("error_rate/") and not k.endswith(("_low", "_high"))}
+  assert rates and all(v == 0.0 for v in rates.values())
+
+
+def test_sentencepiece_vocabulary_through_gin(tmp_path):
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("\n".join(f"how do i tell my roommate about the rent {i}" for i in range(200)))
+  spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "sp"),
+                                 vocab_size=40, model_type="unigram", minloglevel=2)
+  path = str(tmp_path / "sp.model")
+  with gin.unlock_config():
+    gin.bind_parameter("t5_tasks.vocab.get_vocabulary.sentencepiece_model_path", path)
+  try:
+    ex = _examples("asq_intent_cloze", "test")[0]
+    expected = seqio.SentencePieceVocabulary(path, extra_ids=100)
+    text = ex["inputs_pretokenized"].decode()
+    assert list(ex["inputs"][:-1]) == expected.encode(text)[:LENGTHS["inputs"] - 1]
+    assert ex["inputs"][-1] == expected.eos_id
+  finally:
+    gin.clear_config()
