@@ -1,0 +1,264 @@
+"""Offline evaluation: score every item of a task or mixture, then write predictions, metrics, report.
+
+Each candidate gets its likelihood under the model (`models.scoring.score_candidates`,
+optionally length-normalised) or its reward (`models.reward.reward`). Per item, one JSON line
+(`runner.outputs` format) holds every candidate's score, the prediction, the gold labels and
+the task's metadata. Lines are appended as batches finish, so an interrupted evaluation skips
+the items already written when run again; metrics are computed from the finished file with the
+task's own seqio score metric functions (95% bootstrap intervals), so a resumed run and an
+uninterrupted one give the same `metrics.json`.
+"""
+import dataclasses
+import glob
+import json
+import os
+import time
+
+import gin
+import jax
+import numpy as np
+from absl import logging
+
+from models import checkpoint_import
+from models import reward as reward_lib
+from models import scoring
+from models.config import T5Config
+from runner import checkpoints
+from runner import data
+from runner import outputs
+from runner import partitioning
+from runner import report
+
+CONFIG_FILE = "t5_config.json"  # the T5Config beside a converted or trained checkpoint
+SETTINGS_FILE = "evaluation.json"  # what an output directory holds, checked before resuming
+SCORERS = ("likelihood", "reward")
+
+
+def write_model_config(directory: str, config: T5Config) -> str:
+  """Writes `config` as JSON to `directory/t5_config.json` (atomically); returns the path."""
+  path = os.path.join(directory, CONFIG_FILE)
+  outputs.atomic_write_text(path, json.dumps(dataclasses.asdict(config), indent=2) + "\n")
+  return path
+
+
+def read_model_config(directory: str) -> T5Config | None:
+  """The T5Config saved beside a checkpoint, or None when there is none."""
+  path = os.path.join(directory, CONFIG_FILE)
+  if not os.path.isfile(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    fields = json.load(f)
+  known = {field.name for field in dataclasses.fields(T5Config)}
+  unknown = sorted(set(fields) - known)
+  if unknown:
+    raise ValueError(f"{path}: unknown T5Config field(s) {unknown}")
+  return T5Config(**fields)
+
+
+def is_hf_checkpoint(path: str) -> bool:
+  return os.path.isfile(os.path.join(path, "config.json")) and bool(
+      glob.glob(os.path.join(path, "*.safetensors")))
+
+
+def load_checkpoint(checkpoint_path: str, model_config: T5Config | None = None, mesh=None):
+  """(T5Config, params) from a Hugging Face directory or an orbax checkpoint.
+
+  A Hugging Face directory (config.json + *.safetensors) brings its own config. For orbax
+  checkpoints `model_config` (gin MODEL_CONFIG) wins; without it, `t5_config.json` beside the
+  checkpoint is read. Params land on one device, or sharded over `mesh` when given.
+  """
+  if is_hf_checkpoint(checkpoint_path):
+    config, params = checkpoint_import.load_hf_t5(checkpoint_path)
+    if mesh is None:
+      return config, jax.device_put(params, jax.local_devices()[0])
+    return config, jax.device_put(params, partitioning.param_shardings(params, config, mesh))
+  config = model_config or read_model_config(checkpoint_path)
+  if config is None:
+    raise ValueError(f"{checkpoint_path}: no {CONFIG_FILE} beside the checkpoint; include a model "
+                     "gin file (gin/models/t5_1_1/*.gin) so that MODEL_CONFIG describes it")
+  return config, checkpoints.restore_params(checkpoint_path, config, mesh)
+
+
+def make_score_fn(config: T5Config, scorer: str, length_normalize: bool):
+  """fn(params, input_ids [B, L], candidate_ids [B, K, T]) -> scores [B, K] (numpy)."""
+  if scorer == "likelihood":
+    return lambda params, inputs, candidates: np.asarray(scoring.score_candidates(
+        config, params, inputs, candidates, length_normalize=length_normalize))
+  if scorer == "reward":
+    def reward_fn(params, inputs, candidates):
+      if reward_lib.HEAD not in params:
+        raise ValueError(f"SCORER='reward' needs a reward model; the checkpoint has no "
+                         f"'{reward_lib.HEAD}' parameters")
+      return np.asarray(reward_lib.reward(config, params, inputs, candidates))
+    return reward_fn
+  raise ValueError(f"SCORER must be one of {SCORERS}, got {scorer!r}")
+
+
+class Progress:
+  """Logs items done, items/s and the estimated time left, at most every `every_s` seconds."""
+
+  def __init__(self, label: str, total: int | None, every_s: float = 10.0):
+    self.label, self.total, self.every_s = label, total, every_s
+    self.done = self.scored = 0
+    self._start = self._last = time.monotonic()
+
+  def update(self, done: int, scored: int) -> None:
+    self.done += done
+    self.scored += scored
+    now = time.monotonic()
+    if now - self._last >= self.every_s or (self.total is not None and self.done >= self.total):
+      self._last = now
+      rate = self.scored / max(now - self._start, 1e-9)
+      left = "" if self.total is None or rate == 0 else (
+          f", ETA {max(self.total - self.done, 0) / rate:.0f}s")
+      of_total = "" if self.total is None else f"/{self.total}"
+      logging.info("%s: %d%s items, %.1f items/s%s", self.label, self.done, of_total, rate, left)
+
+
+def item_record(task: str, item_id: str, metadata: dict, scores, labels, mask) -> dict:
+  """One predictions.jsonl line: scores and gold of the item's real candidates, its metadata."""
+  count = int(np.sum(mask))
+  scores = [float(s) for s in scores[:count]]
+  record = {"task": task, "id": item_id, "scores": scores, "prediction": int(np.argmax(scores)),
+            "gold": [int(y) for y in labels[:count]]}
+  return {**record, **{k: v for k, v in metadata.items() if k not in record}}
+
+
+def score_task(task_name: str, split: str, feature_lengths, batch_size: int, score_fn, params,
+               appender: outputs.PredictionsAppender, total: int | None = None, mesh=None) -> int:
+  """Scores the items of one task not yet in `appender`; returns how many it wrote.
+
+  Items must be told apart for resuming: a repeated id (several comparisons of one post) gets
+  its occurrence number, "id#1", "id#2", ..., in the task's fixed order.
+  """
+  progress = Progress(task_name, total)
+  occurrences: dict[str, int] = {}
+  written = 0
+  for metadata, batch in data.candidate_batches(task_name, split, feature_lengths, batch_size):
+    ids = []
+    for item in metadata:
+      item_id = str(item["id"])
+      seen = occurrences.get(item_id, 0)
+      occurrences[item_id] = seen + 1
+      ids.append(f"{item_id}#{seen}" if seen else item_id)
+    todo = [(task_name, item_id) not in appender.done for item_id in ids]
+    if not any(todo):
+      progress.update(len(metadata), 0)
+      continue
+    arrays = {k: batch[k] for k in ("input_ids", "candidate_ids")}  # padded to batch_size rows
+    if mesh is not None:
+      arrays = jax.device_put(arrays, partitioning.batch_sharding(mesh))
+    scores = score_fn(params, arrays["input_ids"], arrays["candidate_ids"])
+    for i, item in enumerate(metadata):
+      if todo[i]:
+        appender.write(item_record(task_name, ids[i], item, scores[i], batch["candidate_labels"][i],
+                                   batch["candidate_mask"][i]))
+        written += 1
+    progress.update(len(metadata), sum(todo))
+  return written
+
+
+def _interval_entries(flat: dict) -> dict:
+  """seqio's flat `{name, name_low, name_high}` -> `{name: {"value", "low", "high"}}`; NaNs dropped."""
+  entries = {}
+  for name, value in flat.items():
+    if name.endswith(("_low", "_high")) and name.rsplit("_", 1)[0] in flat:
+      continue
+    value = float(getattr(value, "value", value))
+    low = float(getattr(flat.get(f"{name}_low", value), "value", flat.get(f"{name}_low", value)))
+    high = float(getattr(flat.get(f"{name}_high", value), "value", flat.get(f"{name}_high", value)))
+    if not any(np.isnan((value, low, high))):
+      entries[name] = outputs.interval(value, low, high)
+  return entries
+
+
+def task_metrics(task, records: list[dict]) -> dict:
+  """The task's seqio score metrics over its records, with their 95% intervals."""
+  targets = []
+  for r in records:
+    example = {k: v for k, v in r.items() if k not in ("task", "scores", "prediction", "gold")}
+    targets.append(task.postprocess_fn(None, example={**example, "candidate_labels": r["gold"]},
+                                       is_target=True))
+  scores = [r["scores"] for r in records]
+  metrics = {}
+  for metric_fn in task.score_metric_fns:
+    metrics.update(_interval_entries(metric_fn(targets=targets, scores=scores)))
+  return metrics
+
+
+def candidate_tasks(mixture_or_task_name: str, split: str):
+  """The tasks to score: those of the mixture (or the task) that have `split` and score metrics."""
+  import seqio  # pylint: disable=g-import-not-at-top  # runner must import without TensorFlow
+
+  provider = seqio.get_mixture_or_task(mixture_or_task_name)
+  tasks = provider.tasks if isinstance(provider, seqio.Mixture) else [provider]
+  chosen = []
+  for task in tasks:
+    if split not in task.splits:
+      logging.info("skipping %s: it has no %r split (it has %s)", task.name, split, task.splits)
+    elif not task.score_metric_fns:
+      logging.info("skipping %s: it has no score metric (a generation task)", task.name)
+    else:
+      chosen.append(task)
+  if not chosen:
+    raise ValueError(f"{mixture_or_task_name!r} has no task with a {split!r} split and score "
+                     "metrics to evaluate")
+  return chosen
+
+
+def _check_settings(output_dir: str, settings: dict) -> None:
+  """Refuses to resume into a directory that holds an evaluation of other settings."""
+  path = os.path.join(output_dir, SETTINGS_FILE)
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      previous = json.load(f)
+    if previous != settings:
+      changed = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
+      raise ValueError(f"{path}: {output_dir} holds an evaluation with other settings ({changed}); "
+                       "use a new EVAL_OUTPUT_DIR")
+  else:
+    outputs.atomic_write_text(path, json.dumps(settings, indent=2, sort_keys=True) + "\n")
+
+
+@gin.configurable
+def evaluate(*, mixture_or_task_name: str = gin.REQUIRED, task_feature_lengths=gin.REQUIRED,
+             checkpoint_path: str = gin.REQUIRED, output_dir: str = gin.REQUIRED, batch_size: int = 32,
+             split: str = "test", length_normalize: bool = True, scorer: str = "likelihood",
+             model_config: T5Config | None = None, mesh=None) -> dict:
+  """Scores a task or mixture with a checkpoint; writes predictions, metrics.json and report.html.
+
+  Returns the metrics (`{task: {metric: {"value", "low", "high"}}}`). Runs on one host; `mesh`
+  (gin: `@partitioning.create_mesh()`) shards the model and batches over its devices.
+  """
+  if scorer not in SCORERS:
+    raise ValueError(f"SCORER must be one of {SCORERS}, got {scorer!r}")
+  if jax.process_count() > 1:
+    raise ValueError("offline evaluation runs on one host; start it on a single process")
+  settings = {"mixture_or_task_name": mixture_or_task_name, "split": split, "scorer": scorer,
+              "length_normalize": bool(length_normalize), "checkpoint_path": os.path.abspath(checkpoint_path),
+              "task_feature_lengths": dict(task_feature_lengths)}
+  os.makedirs(output_dir, exist_ok=True)
+  _check_settings(output_dir, settings)
+  config, params = load_checkpoint(checkpoint_path, model_config, mesh)
+  score_fn = make_score_fn(config, scorer, length_normalize)
+  tasks = candidate_tasks(mixture_or_task_name, split)
+  with outputs.PredictionsAppender(output_dir) as appender:
+    if appender.done:
+      logging.info("resuming: %d items already in %s", len(appender.done), appender.path)
+    for task in tasks:
+      score_task(task.name, split, task_feature_lengths, batch_size, score_fn, params, appender,
+                 total=task.num_input_examples(split), mesh=mesh)
+    path = appender.path
+  by_task = {}
+  for record in outputs.read_predictions(path):
+    by_task.setdefault(record["task"], []).append(record)
+  metrics = {task.name: task_metrics(task, by_task[task.name]) for task in tasks if task.name in by_task}
+  outputs.write_metrics(output_dir, metrics)
+  counts = report.Table("Items scored", ("task", "items"),
+                        [(task.name, len(by_task.get(task.name, []))) for task in tasks])
+  notes = [f"{mixture_or_task_name}, split {split!r}, checkpoint {checkpoint_path}, scorer {scorer}"
+           + (", length-normalised" if scorer == "likelihood" and length_normalize else "")]
+  html_path = report.write_report(output_dir, title=f"Evaluation of {mixture_or_task_name}",
+                                  metrics=metrics, tables=[counts], notes=notes)
+  logging.info("wrote %s, %s and %s", path, os.path.join(output_dir, outputs.METRICS_FILE), html_path)
+  return metrics

@@ -1,0 +1,179 @@
+"""Inference: advice generated with nucleus sampling, to JSON lines or through a Python callable.
+
+Inputs come either from a generation task (its seqio preprocessors build the model inputs) or
+from a JSON lines file of situations (`title`, `selftext`, `subreddit`, optional `id` and
+`created_utc`). Situations become text through `format_inputs`, a function handed in by the
+scripts layer (runner cannot import t5_tasks): `scripts.generate.situation_formatter` wraps the
+advice task's own formatting, so served and evaluated inputs look alike.
+"""
+import json
+import time
+from typing import Callable, Sequence
+
+import gin
+import jax
+import numpy as np
+from absl import logging
+
+from models import decoding
+from models.config import T5Config
+from runner import evaluate
+from runner import outputs
+
+SITUATION_FIELDS = ("title", "selftext", "subreddit")
+
+
+def encode_inputs(vocabulary, texts: Sequence[str], input_length: int) -> np.ndarray:
+  """[B, input_length] ids: each text encoded, cut to leave room for EOS, EOS appended (as seqio)."""
+  ids = np.zeros((len(texts), input_length), np.int32)
+  for row, text in enumerate(texts):
+    tokens = list(vocabulary.encode(text))[:input_length - 1] + [vocabulary.eos_id]
+    ids[row, :len(tokens)] = tokens
+  return ids
+
+
+def decode_tokens(vocabulary, tokens: np.ndarray) -> str:
+  """Text of one sampled row: the tokens before the first EOS (or padding)."""
+  tokens = [int(t) for t in tokens]
+  for stop in (vocabulary.eos_id, 0):
+    if stop in tokens:
+      tokens = tokens[:tokens.index(stop)]
+  return vocabulary.decode(tokens)
+
+
+def generate(config: T5Config, params, vocabulary, input_ids: np.ndarray, rng, *, max_length: int,
+             batch_size: int, num_samples: int = 1, top_p: float = 0.95,
+             temperature: float = 1.0) -> list[list[str]]:
+  """num_samples texts per row of input_ids [N, L], sampled in batches of batch_size rows.
+
+  The last batch is padded to batch_size (one compiled shape); batch i samples with
+  fold_in(rng, i), so the output depends only on rng and the rows' order.
+  """
+  texts = []
+  start = time.monotonic()
+  for index, first in enumerate(range(0, len(input_ids), batch_size)):
+    rows = input_ids[first:first + batch_size]
+    padded = np.zeros((batch_size, input_ids.shape[1]), np.int32)
+    padded[:len(rows)] = rows
+    tokens = np.asarray(decoding.sample(
+        config, params, padded, jax.random.fold_in(rng, index), max_length=max_length,
+        num_samples=num_samples, top_p=top_p, temperature=temperature, eos_id=vocabulary.eos_id))
+    texts += [[decode_tokens(vocabulary, sample) for sample in row] for row in tokens[:len(rows)]]
+    rate = len(texts) / max(time.monotonic() - start, 1e-9)
+    logging.info("generated %d/%d inputs, %.2f inputs/s, ETA %.0fs", len(texts), len(input_ids), rate,
+                 (len(input_ids) - len(texts)) / rate)
+  return texts
+
+
+def check_situation(situation, where: str) -> None:
+  if not isinstance(situation, dict):
+    raise ValueError(f"{where}: expected a JSON object, got {type(situation).__name__}")
+  for field in SITUATION_FIELDS:
+    if not isinstance(situation.get(field), str):
+      raise ValueError(f"{where}: field '{field}': expected a string, got {situation.get(field)!r}")
+
+
+def read_situations(path: str) -> list[dict]:
+  """Situations of a JSON lines file; a bad line is an error naming file, line and field."""
+  situations = []
+  with open(path, encoding="utf-8") as f:
+    for number, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      try:
+        situation = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{number}: invalid JSON ({e.msg})") from None
+      check_situation(situation, f"{path}:{number}")
+      situations.append(situation)
+  return situations
+
+
+def load_generator(checkpoint_path: str, *, format_inputs: Callable[[dict], str], vocabulary,
+                   model_config: T5Config | None = None, input_length: int = 512, max_length: int = 256,
+                   batch_size: int = 8, top_p: float = 0.95, temperature: float = 1.0,
+                   seed: int = 0) -> Callable[[list[dict]], list[str]]:
+  """A callable from situations (`title`, `selftext`, `subreddit`) to one advice text each.
+
+  `format_inputs(situation) -> str` builds the model's input text; `vocabulary` (a seqio
+  vocabulary) encodes it and decodes the samples. Call n samples with fold_in(seed, n).
+  """
+  config, params = evaluate.load_checkpoint(checkpoint_path, model_config)
+  rng = jax.random.PRNGKey(seed)
+  calls = [0]
+
+  def generator(situations: list[dict]) -> list[str]:
+    for i, situation in enumerate(situations):
+      check_situation(situation, f"situations[{i}]")
+    if not situations:
+      return []
+    ids = encode_inputs(vocabulary, [format_inputs(s) for s in situations], input_length)
+    texts = generate(config, params, vocabulary, ids, jax.random.fold_in(rng, calls[0]),
+                     max_length=max_length, batch_size=batch_size, top_p=top_p, temperature=temperature)
+    calls[0] += 1
+    return [samples[0] for samples in texts]
+
+  return generator
+
+
+def task_inputs(task_name: str, split: str, feature_lengths) -> tuple[list[dict], np.ndarray, object]:
+  """(rows, input_ids, vocabulary) of a generation task: one row per distinct input text.
+
+  Examples sharing an input (one per reference advice) are merged; their targets become the
+  row's `references`.
+  """
+  import seqio  # pylint: disable=g-import-not-at-top  # runner must import without TensorFlow
+
+  task = seqio.get_mixture_or_task(task_name)
+  dataset = task.get_dataset(dict(feature_lengths), split=split, shuffle=False, use_cached=False)
+  rows, ids, index = [], [], {}
+  for example in dataset.as_numpy_iterator():
+    text = example["inputs_pretokenized"].decode("utf-8")
+    reference = example["targets_pretokenized"].decode("utf-8") if "targets_pretokenized" in example else None
+    if text not in index:
+      index[text] = len(rows)
+      example_id = example["id"].decode("utf-8") if "id" in example else str(len(rows))
+      rows.append({"id": example_id, "inputs": text, "references": []})
+      ids.append(example["inputs"])
+    if reference is not None:
+      rows[index[text]]["references"].append(reference)
+  input_ids = np.zeros((len(ids), feature_lengths["inputs"]), np.int32)
+  for i, tokens in enumerate(ids):
+    input_ids[i, :len(tokens)] = tokens
+  return rows, input_ids, task.output_features["targets"].vocabulary
+
+
+@gin.configurable
+def infer(*, checkpoint_path: str = gin.REQUIRED, output_file: str = gin.REQUIRED,
+          task_feature_lengths=gin.REQUIRED, mixture_or_task_name: str | None = None,
+          input_file: str | None = None, split: str = "test", batch_size: int = 8,
+          num_samples: int = 1, top_p: float = 0.95, temperature: float = 1.0, seed: int = 0,
+          model_config: T5Config | None = None, format_inputs: Callable[[dict], str] | None = None,
+          vocabulary=None) -> str:
+  """Samples advice for a generation task's inputs or a file of situations; writes JSON lines.
+
+  One line per input: `id`, `inputs` (the model's input text), `predictions` (num_samples
+  texts) and, for a task, `references`. `task_feature_lengths` gives the input length and
+  (`targets`) the longest sample. A situations file needs `format_inputs` and `vocabulary`.
+  Returns the output path.
+  """
+  if (mixture_or_task_name is None) == (input_file is None):
+    raise ValueError("infer: give exactly one of MIXTURE_OR_TASK_NAME or an input_file of situations")
+  if mixture_or_task_name is not None:
+    rows, input_ids, vocabulary = task_inputs(mixture_or_task_name, split, task_feature_lengths)
+  else:
+    if format_inputs is None or vocabulary is None:
+      raise ValueError("infer: a situations file needs format_inputs and vocabulary "
+                       "(scripts/generate.py passes the advice task's)")
+    situations = read_situations(input_file)
+    rows = [{"id": str(s.get("id", i)), "inputs": format_inputs(s)} for i, s in enumerate(situations)]
+    input_ids = encode_inputs(vocabulary, [r["inputs"] for r in rows], task_feature_lengths["inputs"])
+  config, params = evaluate.load_checkpoint(checkpoint_path, model_config)
+  texts = generate(config, params, vocabulary, input_ids, jax.random.PRNGKey(seed),
+                   max_length=task_feature_lengths["targets"], batch_size=batch_size,
+                   num_samples=num_samples, top_p=top_p, temperature=temperature)
+  lines = [json.dumps({**row, "predictions": samples}, ensure_ascii=False) + "\n"
+           for row, samples in zip(rows, texts)]
+  outputs.atomic_write_text(output_file, "".join(lines))
+  logging.info("wrote %d generations to %s", len(lines), output_file)
+  return output_file
