@@ -25,20 +25,24 @@ from t5_tasks.sources import heap
 from t5_tasks.sources import summarize_feedback
 from t5_tasks.sources import turingadvice
 
-_EVAL_FILE = flags.DEFINE_string("eval_file", None, "turingadvice: the evaluation results (JSON lines).")
-_ANNOTATION_DIR = flags.DEFINE_string("annotation_dir", None,
-                                      "asq: folder with *annotation_first.json and *annotation_second.json.")
-_ANNOTATION_FILES = flags.DEFINE_list("annotation_files", [], "asq: annotation rounds, first then second.")
-_PREDICTIONS = flags.DEFINE_multi_string(
-    "predictions", [], "asq / agreement: NAME=predictions.jsonl of a system or scorer (repeatable).")
-_COMPARISONS = flags.DEFINE_string("comparisons", None, "agreement: file of pairwise human comparisons.")
-_COMPARISON_FORMAT = flags.DEFINE_string(
-    "comparison_format", "summarize_feedback",
-    "agreement: summarize_feedback, turingadvice, or heap:<criterion> (with the criterion's source file).")
-_LENGTH_CONTROLLED = flags.DEFINE_multi_string(
-    "length_controlled", [], "agreement: A,B pairs of systems to compare at equal length (repeatable).")
-_OUT = flags.DEFINE_string("out", None, "Output directory for analysis.json and report.html.")
-_SEED = flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
+def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
+  """Defines the command line's flags (on `fv`; tests pass their own FlagValues)."""
+  flags.DEFINE_string("eval_file", None, "turingadvice: the evaluation results (JSON lines).", flag_values=fv)
+  flags.DEFINE_string("annotation_dir", None,
+                      "asq: folder with *annotation_first.json and *annotation_second.json.", flag_values=fv)
+  flags.DEFINE_list("annotation_files", [], "asq: annotation rounds, first then second.", flag_values=fv)
+  flags.DEFINE_multi_string("predictions", [],
+                            "asq / agreement: NAME=predictions.jsonl of a system or scorer (repeatable).",
+                            flag_values=fv)
+  flags.DEFINE_string("comparisons", None, "agreement: file of pairwise human comparisons.", flag_values=fv)
+  flags.DEFINE_string("comparison_format", "summarize_feedback",
+                      "agreement: summarize_feedback, turingadvice, or heap:<criterion> (with its source file).",
+                      flag_values=fv)
+  flags.DEFINE_multi_string("length_controlled", [],
+                            "agreement: A,B pairs of systems to compare at equal length (repeatable).",
+                            flag_values=fv)
+  flags.DEFINE_string("out", None, "Output directory for analysis.json and report.html.", flag_values=fv)
+  flags.DEFINE_integer("seed", 0, "Bootstrap seed.", flag_values=fv)
 
 
 def _ci(e: dict) -> str:
@@ -59,9 +63,9 @@ def _rate_chart(title: str, rates: dict) -> report.BarChart:
                          [rates[n]["high"] for n in names])
 
 
-def analyze_turingadvice():
-  situations, _ = turingadvice.read_turingadvice_eval(_EVAL_FILE.value)
-  result = ta_analysis.analyze(situations, seed=_SEED.value)
+def analyze_turingadvice(args):
+  situations, _ = turingadvice.read_turingadvice_eval(args.eval_file)
+  result = ta_analysis.analyze(situations, seed=args.seed)
   systems = result["systems"]
   pairs = {(t["a"], t["b"]): t for t in result["paired_ttests"]}
   categories = ta_analysis.DIAGNOSTIC_CATEGORIES
@@ -87,33 +91,33 @@ def analyze_turingadvice():
   return result, tables, charts
 
 
-def _annotation_files() -> list[str]:
-  if _ANNOTATION_FILES.value:
-    return _ANNOTATION_FILES.value
-  if not _ANNOTATION_DIR.value:
+def _annotation_files(args) -> list[str]:
+  if args.annotation_files:
+    return args.annotation_files
+  if not args.annotation_dir:
     raise app.UsageError("asq needs --annotation_dir or --annotation_files")
   files = []
   for round_name in ("first", "second"):
-    found = sorted(glob.glob(os.path.join(_ANNOTATION_DIR.value, f"*annotation_{round_name}.json")))
+    found = sorted(glob.glob(os.path.join(args.annotation_dir, f"*annotation_{round_name}.json")))
     if len(found) > 1:
-      raise app.UsageError(f"several {round_name}-round files in {_ANNOTATION_DIR.value}: {found}")
+      raise app.UsageError(f"several {round_name}-round files in {args.annotation_dir}: {found}")
     files += found
   if not files:
-    raise app.UsageError(f"no *annotation_first.json in {_ANNOTATION_DIR.value}")
+    raise app.UsageError(f"no *annotation_first.json in {args.annotation_dir}")
   return files
 
 
-def _named_predictions() -> dict[str, list[dict]]:
+def _named_predictions(args) -> dict[str, list[dict]]:
   named = {}
-  for spec in _PREDICTIONS.value:
+  for spec in args.predictions:
     name, _, path = spec.rpartition("=")
     named[name or os.path.basename(os.path.dirname(os.path.abspath(path)))] = outputs.read_predictions(path)
   return named
 
 
-def analyze_asq():
-  rounds = [asq.read_asq_annotations(f)[0] for f in _annotation_files()]
-  result = asq_analysis.analyze(*rounds, system_predictions=_named_predictions(), seed=_SEED.value)
+def analyze_asq(args):
+  rounds = [asq.read_asq_annotations(f)[0] for f in _annotation_files(args)]
+  result = asq_analysis.analyze(*rounds, system_predictions=_named_predictions(args), seed=args.seed)
   tables = [report.Table("Human accuracy (95% CI)", ("round", "n", "accuracy"),
                          [(r, e["n"], _ci(e)) for r, e in result["human_accuracy"].items()])]
   if "agreement" in result:
@@ -132,8 +136,8 @@ def analyze_asq():
   return result, tables, charts
 
 
-def _comparison_items():
-  fmt, path = _COMPARISON_FORMAT.value, _COMPARISONS.value
+def _comparison_items(args):
+  fmt, path = args.comparison_format, args.comparisons
   if not path:
     raise app.UsageError("agreement needs --comparisons")
   if fmt == "summarize_feedback":
@@ -145,18 +149,18 @@ def _comparison_items():
   raise app.UsageError(f"unknown --comparison_format {fmt!r}")
 
 
-def analyze_agreement():
-  items = _comparison_items()
+def analyze_agreement(args):
+  items = _comparison_items(args)
   judges = agreement.heuristic_scores(items)
-  for name, predictions in _named_predictions().items():
+  for name, predictions in _named_predictions(args).items():
     judges[name] = agreement.scores_from_predictions(items, predictions, name)
-  rates = agreement.agreement_rates(judges, seed=_SEED.value)
+  rates = agreement.agreement_rates(judges, seed=args.seed)
   names = list(rates["between"])
-  pairs = [tuple(p.split(",")) for p in _LENGTH_CONTROLLED.value]
-  if not pairs and _COMPARISON_FORMAT.value == "turingadvice":
+  pairs = [tuple(p.split(",")) for p in args.length_controlled]
+  if not pairs and args.comparison_format == "turingadvice":
     systems = dict.fromkeys(s for it in items for s in it.metadata["systems"])
     pairs = [(s, preference_heuristics.REDDIT_ADVICE) for s in systems if s != preference_heuristics.REDDIT_ADVICE]
-  controlled = [agreement.length_controlled_preference(items, a, b, seed=_SEED.value) for a, b in pairs]
+  controlled = [agreement.length_controlled_preference(items, a, b, seed=args.seed) for a, b in pairs]
   result = {"n_comparisons": len(items), "agreement": rates, "length_controlled": controlled}
   se = lambda e: f"{e['value']:.3f} ± {e['se']:.3f}"
   tables = [
@@ -177,19 +181,28 @@ def analyze_agreement():
 ANALYSES = {"turingadvice": analyze_turingadvice, "asq": analyze_asq, "agreement": analyze_agreement}
 
 
-def main(argv: Sequence[str]) -> None:
-  if len(argv) != 2 or argv[1] not in ANALYSES:
+def run(command: str, args: flags.FlagValues) -> dict:
+  """Runs one analysis with parsed flags `args`: prints its tables, writes its files."""
+  if command not in ANALYSES:
     raise app.UsageError(f"give one analysis: {', '.join(ANALYSES)}")
-  if not _OUT.value:
+  if not args.out:
     raise app.UsageError("--out is required")
-  result, tables, charts = ANALYSES[argv[1]]()
+  result, tables, charts = ANALYSES[command](args)
   for table in tables:
     _print_table(table)
-  os.makedirs(_OUT.value, exist_ok=True)
-  outputs.atomic_write_text(os.path.join(_OUT.value, "analysis.json"), json.dumps(result, indent=2) + "\n")
-  page = report.write_report(_OUT.value, title=f"{argv[1]} analysis", charts=charts, tables=tables)
-  print(f"\nwrote {os.path.join(_OUT.value, 'analysis.json')} and {page}")
+  os.makedirs(args.out, exist_ok=True)
+  outputs.atomic_write_text(os.path.join(args.out, "analysis.json"), json.dumps(result, indent=2) + "\n")
+  page = report.write_report(args.out, title=f"{command} analysis", charts=charts, tables=tables)
+  print(f"\nwrote {os.path.join(args.out, 'analysis.json')} and {page}")
+  return result
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) != 2:
+    raise app.UsageError(f"give one analysis: {', '.join(ANALYSES)}")
+  run(argv[1], flags.FLAGS)
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

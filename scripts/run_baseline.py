@@ -30,19 +30,22 @@ from t5_tasks.sources import turingadvice
 BASELINES = ("tfidf_advice", "asq_similarity", "length", "copying", "timedial_overlap")
 PREFERENCE_FORMATS = ["turingadvice", "summarize_feedback"] + [f"heap:{c}" for c in heap.HEAP_CRITERIA]
 
-_BASELINE = flags.DEFINE_enum("baseline", None, BASELINES, "Which baseline to run.")
-_EVAL_FILE = flags.DEFINE_string("eval_file", None, "Released file to evaluate on.")
-_TRAIN_FILE = flags.DEFINE_string("train_file", None, "Training file (tfidf_advice, asq_similarity).")
-_EVAL_FORMAT = flags.DEFINE_string(
-    "eval_format", None, "Preference baselines: one of " + ", ".join(PREFERENCE_FORMATS)
-    + "; tfidf_advice: reddit_advice (default) or turingadvice.")
-_EVAL_SPLIT = flags.DEFINE_string("eval_split", "test", "tfidf_advice on RedditAdvice: split to answer.")
-_TRAIN_FRACTION = flags.DEFINE_float(
-    "train_fraction", None, "asq_similarity without --train_file: train on this leading share of --eval_file.")
-_ANNOTATION_FILES = flags.DEFINE_list("annotation_files", [], "asq_similarity: ASQ annotation rounds (pair types).")
-_OUT = flags.DEFINE_string("out", None, "Output directory.")
-_SEED = flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
-flags.mark_flags_as_required(["baseline", "eval_file", "out"])
+def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
+  """Defines the command line's flags (on `fv`; tests pass their own FlagValues)."""
+  flags.DEFINE_enum("baseline", None, BASELINES, "Which baseline to run.", flag_values=fv)
+  flags.DEFINE_string("eval_file", None, "Released file to evaluate on.", flag_values=fv)
+  flags.DEFINE_string("train_file", None, "Training file (tfidf_advice, asq_similarity).", flag_values=fv)
+  flags.DEFINE_string(
+      "eval_format", None, "Preference baselines: one of " + ", ".join(PREFERENCE_FORMATS)
+      + "; tfidf_advice: reddit_advice (default) or turingadvice.", flag_values=fv)
+  flags.DEFINE_string("eval_split", "test", "tfidf_advice on RedditAdvice: split to answer.", flag_values=fv)
+  flags.DEFINE_float(
+      "train_fraction", None, "asq_similarity without --train_file: train on this leading share of --eval_file.",
+      flag_values=fv)
+  flags.DEFINE_list("annotation_files", [], "asq_similarity: ASQ annotation rounds (pair types).", flag_values=fv)
+  flags.DEFINE_string("out", None, "Output directory.", flag_values=fv)
+  flags.DEFINE_integer("seed", 0, "Bootstrap seed.", flag_values=fv)
+  flags.mark_flags_as_required(["baseline", "eval_file", "out"], flag_values=fv)
 
 
 def _accuracy_metrics(records, seed: int, by: str | None = None) -> dict:
@@ -55,16 +58,16 @@ def _accuracy_metrics(records, seed: int, by: str | None = None) -> dict:
   return result
 
 
-def run_asq_similarity(seed: int):
-  items, _ = asq.read_asq(_EVAL_FILE.value)
-  if _TRAIN_FILE.value:
-    train, test = asq.read_asq(_TRAIN_FILE.value)[0], items
-  elif _TRAIN_FRACTION.value and 0 < _TRAIN_FRACTION.value < 1:
-    cut = int(len(items) * _TRAIN_FRACTION.value)
+def run_asq_similarity(args, seed: int):
+  items, _ = asq.read_asq(args.eval_file)
+  if args.train_file:
+    train, test = asq.read_asq(args.train_file)[0], items
+  elif args.train_fraction and 0 < args.train_fraction < 1:
+    cut = int(len(items) * args.train_fraction)
     train, test = items[:cut], items[cut:]
   else:
     raise app.UsageError("asq_similarity needs --train_file or --train_fraction in (0, 1)")
-  pair_types = asq.pair_types_by_id(*(asq.read_asq_annotations(f)[0] for f in _ANNOTATION_FILES.value))
+  pair_types = asq.pair_types_by_id(*(asq.read_asq_annotations(f)[0] for f in args.annotation_files))
   model = asq_similarity.AsqSimilarity().fit(asq_similarity.items_from_asq(train))
   test_items = asq_similarity.items_from_asq(test, pair_types)
   records = [prediction_record(it, s) for it, s in zip(test_items, model.score(test_items))]
@@ -72,49 +75,49 @@ def run_asq_similarity(seed: int):
   return records, {"asq": _accuracy_metrics(records, seed, by="pair_type")}, notes
 
 
-def _preference_items():
-  fmt = _EVAL_FORMAT.value
+def _preference_items(args):
+  fmt = args.eval_format
   if fmt == "turingadvice":
-    return preference_heuristics.items_from_turingadvice(turingadvice.read_turingadvice_eval(_EVAL_FILE.value)[0])
+    return preference_heuristics.items_from_turingadvice(turingadvice.read_turingadvice_eval(args.eval_file)[0])
   if fmt == "summarize_feedback":
     return preference_heuristics.items_from_summary_comparisons(
-        summarize_feedback.read_comparisons(_EVAL_FILE.value)[0])
+        summarize_feedback.read_comparisons(args.eval_file)[0])
   if fmt and fmt.startswith("heap:") and fmt[5:] in heap.HEAP_CRITERIA:
     criterion = fmt[5:]
-    return preference_heuristics.items_from_heap(heap.read_heap_comparisons(criterion, _EVAL_FILE.value)[0],
+    return preference_heuristics.items_from_heap(heap.read_heap_comparisons(criterion, args.eval_file)[0],
                                                  criterion)
   raise app.UsageError(f"--eval_format must be one of {PREFERENCE_FORMATS}, got {fmt!r}")
 
 
-def run_preference(seed: int):
-  items = _preference_items()
-  scorer = preference_heuristics.SCORERS[_BASELINE.value]
+def run_preference(args, seed: int):
+  items = _preference_items(args)
+  scorer = preference_heuristics.SCORERS[args.baseline]
   records = [prediction_record(it, s) for it, s in zip(items, preference_heuristics.score_items(items, scorer))]
-  task = items[0].task if items else _EVAL_FORMAT.value
+  task = items[0].task if items else args.eval_format
   good = [r["scores"][0] for r in records]
   bad = [r["scores"][1] for r in records]
   return records, {task: {"pairwise_accuracy": t5_metrics.pairwise_accuracy(good, bad, seed=seed).as_dict()}}, []
 
 
-def run_timedial(seed: int):
-  items = timedial_overlap.items_from_timedial(timedial.read_timedial(_EVAL_FILE.value)[0])
+def run_timedial(args, seed: int):
+  items = timedial_overlap.items_from_timedial(timedial.read_timedial(args.eval_file)[0])
   records = timedial_overlap.predict(items)
   return records, timedial_overlap.metrics(records, seed=seed), []
 
 
-def run_tfidf_advice(seed: int):
-  if not _TRAIN_FILE.value:
+def run_tfidf_advice(args, seed: int):
+  if not args.train_file:
     raise app.UsageError("tfidf_advice needs --train_file (RedditAdvice2019 JSON lines)")
-  train = [s for s in reddit_advice.read_reddit_advice(_TRAIN_FILE.value)[0] if s.split == "train"]
+  train = [s for s in reddit_advice.read_reddit_advice(args.train_file)[0] if s.split == "train"]
   retriever = tfidf_advice.TfidfAdviceRetriever().fit(train)
-  if _EVAL_FORMAT.value == "turingadvice":
-    situations = turingadvice.read_turingadvice_eval(_EVAL_FILE.value)[0]
+  if args.eval_format == "turingadvice":
+    situations = turingadvice.read_turingadvice_eval(args.eval_file)[0]
     references = [s.best_advice for s in situations]
   else:
-    situations = [s for s in reddit_advice.read_reddit_advice(_EVAL_FILE.value)[0] if s.split == _EVAL_SPLIT.value]
+    situations = [s for s in reddit_advice.read_reddit_advice(args.eval_file)[0] if s.split == args.eval_split]
     references = [max(s.good_comments, key=lambda c: c.score).body for s in situations]
   if not situations:
-    raise app.UsageError(f"no situations to answer in {_EVAL_FILE.value}")
+    raise app.UsageError(f"no situations to answer in {args.eval_file}")
   instances = [{f: getattr(s, f) for f in tfidf_advice.CONTEXT_FIELDS} for s in situations]
   generations = retriever.generate(instances)
   neighbours = retriever.retrieve(instances)
@@ -132,12 +135,12 @@ RUNNERS = {"tfidf_advice": run_tfidf_advice, "asq_similarity": run_asq_similarit
            "copying": run_preference, "timedial_overlap": run_timedial}
 
 
-def main(argv: Sequence[str]) -> None:
-  del argv
-  records, metrics, notes = RUNNERS[_BASELINE.value](_SEED.value)
-  outputs.write_predictions(_OUT.value, records)
-  outputs.write_metrics(_OUT.value, metrics)
-  page = report.write_report(_OUT.value, title=f"Baseline {_BASELINE.value} on {_EVAL_FILE.value}",
+def run(args: flags.FlagValues) -> None:
+  """Runs the baseline that parsed flags `args` name and writes its outputs."""
+  records, metrics, notes = RUNNERS[args.baseline](args, args.seed)
+  outputs.write_predictions(args.out, records)
+  outputs.write_metrics(args.out, metrics)
+  page = report.write_report(args.out, title=f"Baseline {args.baseline} on {args.eval_file}",
                              metrics=metrics, notes=notes)
   for task, by_name in metrics.items():
     for name, e in by_name.items():
@@ -147,5 +150,11 @@ def main(argv: Sequence[str]) -> None:
   print(f"wrote {len(records)} predictions and {page}")
 
 
+def main(argv: Sequence[str]) -> None:
+  del argv
+  run(flags.FLAGS)
+
+
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -60,6 +60,8 @@ def scores_from_predictions(items: Sequence[CandidateItem], predictions: Sequenc
   for p in predictions:
     if sorted(p["gold"]) != [0, 1]:
       raise ValueError(f"{name}: item {p['id']!r} is not a two-candidate preference item")
+    if p["id"] in by_id:
+      raise ValueError(f"{name}: item id {p['id']!r} repeats, so predictions cannot be matched to items")
     good = p["gold"].index(1)
     by_id[p["id"]] = [p["scores"][good], p["scores"][1 - good]]
   missing = [it.id for it in items if it.id not in by_id]

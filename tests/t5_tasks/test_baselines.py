@@ -1,14 +1,13 @@
 """Lexical baselines: hand cases, quickstart data end to end, and the real ASQ file."""
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
+from absl import flags
 import numpy as np
 import pytest
 
 from runner import outputs
+from scripts import run_baseline
 from t5_tasks.baselines import CandidateItem, accuracy_metrics, prediction_record
 from t5_tasks.baselines import asq_similarity
 from t5_tasks.baselines import preference_heuristics
@@ -122,13 +121,13 @@ def test_tfidf_advice_on_real_turingadvice_situations(shared_data):
 
 def _run_baseline(tmp_path, *args) -> dict:
   out = tmp_path / "out"
-  result = subprocess.run([sys.executable, "-m", "scripts.run_baseline", *args, f"--out={out}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-  assert result.returncode == 0, result.stderr[-3000:]
+  fv = flags.FlagValues()
+  run_baseline.define_flags(fv)
+  fv(["run_baseline", *args, f"--out={out}"])
+  run_baseline.run(fv)
   assert (out / "report.html").exists() and list(out.glob("plot_*.png"))
   return {"predictions": outputs.read_predictions(str(out / "predictions.jsonl")),
-          "metrics": outputs.read_metrics(str(out)), "stdout": result.stdout}
+          "metrics": outputs.read_metrics(str(out))}
 
 
 def test_run_baseline_asq_writes_evaluation_outputs(tmp_path):
@@ -156,6 +155,12 @@ def test_run_baseline_length_on_turingadvice(tmp_path, shared_data):
 def test_run_baseline_timedial_and_tfidf_on_quickstart(tmp_path):
   run = _run_baseline(tmp_path, "--baseline=timedial_overlap", f"--eval_file={DATA / 'timedial_test.json'}")
   assert "error_rate/Rule 1" in run["metrics"]["timedial"]
+  assert len(run["predictions"]) == len(json.load(open(DATA / "timedial_test.json")))
   run = _run_baseline(tmp_path, "--baseline=tfidf_advice", f"--train_file={DATA / 'reddit_advice_2019.jsonl'}",
                       f"--eval_file={DATA / 'reddit_advice_2019.jsonl'}", "--eval_split=val")
   assert len(run["predictions"]) == 4 and all(p["generation"] for p in run["predictions"])
+
+
+def test_run_baseline_asq_needs_training_data(tmp_path):
+  with pytest.raises(Exception, match="needs --train_file or --train_fraction"):
+    _run_baseline(tmp_path, "--baseline=asq_similarity", f"--eval_file={DATA / 'asq_test.json'}")
