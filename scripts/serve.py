@@ -123,13 +123,19 @@ def tfidf_generator(train_file: str) -> Generator:
 
 
 def checkpoint_generator(checkpoint: str) -> Generator:
+  """Samples advice from a checkpoint with runner.infer, formatting situations as the advice task does."""
   try:
     from runner import infer  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     raise RuntimeError(f"checkpoint serving needs runner.infer, which is missing ({e})") from e
-  if not hasattr(infer, "advice_generator"):
-    raise RuntimeError("checkpoint serving needs runner.infer.advice_generator(checkpoint)")
-  return infer.advice_generator(checkpoint)
+  try:
+    from scripts import generate  # pylint: disable=g-import-not-at-top
+    situation_formatter = generate.situation_formatter
+  except (ImportError, AttributeError) as e:
+    raise RuntimeError("checkpoint serving needs scripts.generate.situation_formatter() -> "
+                       f"(format_inputs, vocabulary), the advice task's input formatting ({e})") from e
+  format_inputs, vocabulary = situation_formatter()
+  return infer.load_generator(checkpoint, format_inputs=format_inputs, vocabulary=vocabulary)
 
 
 def define_flags() -> None:

@@ -117,8 +117,18 @@ def test_parse_instances_keeps_only_the_api_fields():
 
 
 def test_checkpoint_without_runner_infer_says_so(monkeypatch):
+  import runner  # pylint: disable=g-import-not-at-top
+  monkeypatch.delattr(runner, "infer", raising=False)
   monkeypatch.setitem(sys.modules, "runner.infer", None)  # Makes the import fail.
   with pytest.raises(RuntimeError, match="checkpoint serving needs runner.infer"):
+    serve.checkpoint_generator("/nonexistent/checkpoint")
+
+
+def test_checkpoint_without_situation_formatter_says_so(monkeypatch):
+  import scripts  # pylint: disable=g-import-not-at-top
+  monkeypatch.delattr(scripts, "generate", raising=False)
+  monkeypatch.setitem(sys.modules, "scripts.generate", None)
+  with pytest.raises(RuntimeError, match=r"needs scripts.generate.situation_formatter\(\)"):
     serve.checkpoint_generator("/nonexistent/checkpoint")
 
 
