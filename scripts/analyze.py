@@ -1,8 +1,10 @@
 r"""Recomputes the papers' tables from released human judgments.
 
   python -m scripts.analyze turingadvice --eval_file=feb-14-2020_first100.jsonl --out=/tmp/ta
-  python -m scripts.analyze asq --annotation_dir=../shared/data/asq [--predictions=name=predictions.jsonl] --out=/tmp/asq
-  python -m scripts.analyze agreement --comparisons=comparisons.jsonl [--comparison_format=turingadvice] --out=/tmp/ag
+  python -m scripts.analyze asq --annotation_dir=../shared/data/asq [--predictions=NAME=predictions.jsonl] \
+      --out=/tmp/asq
+  python -m scripts.analyze agreement --comparisons=comparisons.jsonl [--comparison_format=turingadvice] \
+      --out=/tmp/ag
 
 Each prints its tables, and writes analysis.json and report.html (with PNG plots) under --out.
 """
@@ -36,7 +38,7 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
                             flag_values=fv)
   flags.DEFINE_string("comparisons", None, "agreement: file of pairwise human comparisons.", flag_values=fv)
   flags.DEFINE_string("comparison_format", "summarize_feedback",
-                      "agreement: summarize_feedback, turingadvice, or heap:<criterion> (with its source file).",
+                      "agreement: summarize_feedback, turingadvice, or heap:<criterion> (its source file).",
                       flag_values=fv)
   flags.DEFINE_multi_string("length_controlled", [],
                             "agreement: A,B pairs of systems to compare at equal length (repeatable).",
@@ -47,6 +49,10 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
 
 def _ci(e: dict) -> str:
   return f"{e['value']:.3f} [{e['low']:.3f}, {e['high']:.3f}]"
+
+
+def _difference(test: dict) -> str:
+  return f"{test['difference']:+.3f} (p={test['p']:.2g})"
 
 
 def _print_table(table: report.Table) -> None:
@@ -72,11 +78,11 @@ def analyze_turingadvice(args):
   tables = [
       report.Table(f"Preferred over the top Reddit advice ({result['n_situations']} situations, 95% CI)",
                    ("system", "preference rate", "continuous score"),
-                   [(s, _ci(result["preference_rates"][s]), _ci(result["continuous_scores"][s])) for s in systems]),
+                   [(s, _ci(result["preference_rates"][s]), _ci(result["continuous_scores"][s]))
+                    for s in systems]),
       report.Table("Paired t-tests on continuous scores: row minus column (p)", ["system"] + systems,
-                   [[a] + [("" if a == b else f"{pairs[(a, b)]['difference']:+.3f} (p={pairs[(a, b)]['p']:.2g})")
-                           for b in systems] for a in systems]),
-      report.Table("Diagnostics of the system's advice where the Reddit advice won (share of majority ratings)",
+                   [[a] + [_difference(pairs[(a, b)]) if a != b else "" for b in systems] for a in systems]),
+      report.Table("Diagnostics of the system's advice where the Reddit advice won (share of ratings)",
                    ["system", "n"] + list(categories),
                    [[s, d["n"]] + [f"{d['shares'][c]:.3f}" for c in categories]
                     for s, d in result["diagnostics"].items()]),
@@ -122,7 +128,8 @@ def analyze_asq(args):
                          [(r, e["n"], _ci(e)) for r, e in result["human_accuracy"].items()])]
   if "agreement" in result:
     g = result["agreement"]
-    tables.append(report.Table("Agreement between rounds on shared items", ("n shared", "Cohen's kappa", "raw agreement"),
+    tables.append(report.Table("Agreement between rounds on shared items",
+                               ("n shared", "Cohen's kappa", "raw agreement"),
                                [(g["n_shared"], f"{g['kappa']:.3f}", f"{g['raw_agreement']:.3f}")]))
   for name, table in result["qn_type_pairs"].items():
     tables.append(report.Table(f"Question types, {name} round: actual (rows) x alternative (columns)",
@@ -159,12 +166,14 @@ def analyze_agreement(args):
   pairs = [tuple(p.split(",")) for p in args.length_controlled]
   if not pairs and args.comparison_format == "turingadvice":
     systems = dict.fromkeys(s for it in items for s in it.metadata["systems"])
-    pairs = [(s, preference_heuristics.REDDIT_ADVICE) for s in systems if s != preference_heuristics.REDDIT_ADVICE]
+    reddit = preference_heuristics.REDDIT_ADVICE
+    pairs = [(s, reddit) for s in systems if s != reddit]
   controlled = [agreement.length_controlled_preference(items, a, b, seed=args.seed) for a, b in pairs]
   result = {"n_comparisons": len(items), "agreement": rates, "length_controlled": controlled}
   se = lambda e: f"{e['value']:.3f} ± {e['se']:.3f}"
   tables = [
-      report.Table(f"Agreement with humans on {len(items)} comparisons (± bootstrap SE)", ("judge", "agreement"),
+      report.Table(f"Agreement with humans on {len(items)} comparisons (± bootstrap SE)",
+                   ("judge", "agreement"),
                    [(n, se(e)) for n, e in rates["with_humans"].items()]),
       report.Table("Agreement between judges (± bootstrap SE)", ["judge"] + names,
                    [[a] + [se(rates["between"][a][b]) if b != a else "-" for b in names] for a in names]),

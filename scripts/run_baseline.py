@@ -1,15 +1,15 @@
 r"""Runs a lexical baseline like a model evaluation: predictions.jsonl, metrics.json, report.html.
 
-  python -m scripts.run_baseline --baseline=timedial_overlap --eval_file=t5_tasks/data/timedial_test.json --out=/tmp/b
+  python -m scripts.run_baseline --baseline=timedial_overlap --eval_file=timedial_test.json --out=/tmp/b
   python -m scripts.run_baseline --baseline=asq_similarity --eval_file=asq.json --train_fraction=0.7 --out=/tmp/b
   python -m scripts.run_baseline --baseline=length --eval_format=turingadvice --eval_file=eval.jsonl --out=/tmp/b
-  python -m scripts.run_baseline --baseline=tfidf_advice --train_file=advice.jsonl --eval_file=advice.jsonl --out=/tmp/b
+  python -m scripts.run_baseline --baseline=tfidf_advice --train_file=advice.jsonl --eval_file=advice.jsonl \
+      --out=/tmp/b
 """
 from typing import Sequence
 
 from absl import app
 from absl import flags
-import numpy as np
 
 from runner import outputs
 from runner import report
@@ -17,6 +17,7 @@ from t5_tasks import metrics as t5_metrics
 from t5_tasks.analysis import mean_interval
 from t5_tasks.baselines import asq_similarity
 from t5_tasks.baselines import preference_heuristics
+from t5_tasks.baselines import accuracy_metrics
 from t5_tasks.baselines import prediction_record
 from t5_tasks.baselines import tfidf_advice
 from t5_tasks.baselines import timedial_overlap
@@ -40,22 +41,13 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
       + "; tfidf_advice: reddit_advice (default) or turingadvice.", flag_values=fv)
   flags.DEFINE_string("eval_split", "test", "tfidf_advice on RedditAdvice: split to answer.", flag_values=fv)
   flags.DEFINE_float(
-      "train_fraction", None, "asq_similarity without --train_file: train on this leading share of --eval_file.",
+      "train_fraction", None, "asq_similarity without --train_file: train on this leading share of the eval file.",
       flag_values=fv)
-  flags.DEFINE_list("annotation_files", [], "asq_similarity: ASQ annotation rounds (pair types).", flag_values=fv)
+  flags.DEFINE_list("annotation_files", [], "asq_similarity: ASQ annotation rounds (pair types).",
+                    flag_values=fv)
   flags.DEFINE_string("out", None, "Output directory.", flag_values=fv)
   flags.DEFINE_integer("seed", 0, "Bootstrap seed.", flag_values=fv)
   flags.mark_flags_as_required(["baseline", "eval_file", "out"], flag_values=fv)
-
-
-def _accuracy_metrics(records, seed: int, by: str | None = None) -> dict:
-  scores = np.asarray([r["scores"] for r in records])
-  labels = np.asarray([r["gold"] for r in records])
-  result = {"accuracy": t5_metrics.accuracy(scores, labels, seed=seed).as_dict()}
-  for group in sorted({r.get(by, "") for r in records} - {""}) if by else ():
-    rows = np.asarray([r.get(by) == group for r in records])
-    result[f"accuracy/{group}"] = t5_metrics.accuracy(scores[rows], labels[rows], seed=seed).as_dict()
-  return result
 
 
 def run_asq_similarity(args, seed: int):
@@ -72,13 +64,14 @@ def run_asq_similarity(args, seed: int):
   test_items = asq_similarity.items_from_asq(test, pair_types)
   records = [prediction_record(it, s) for it, s in zip(test_items, model.score(test_items))]
   notes = [f"trained on {len(train)} items, tested on {len(test)}; weights {model.weights}"]
-  return records, {"asq": _accuracy_metrics(records, seed, by="pair_type")}, notes
+  return records, {"asq": accuracy_metrics(records, by="pair_type", seed=seed)}, notes
 
 
 def _preference_items(args):
   fmt = args.eval_format
   if fmt == "turingadvice":
-    return preference_heuristics.items_from_turingadvice(turingadvice.read_turingadvice_eval(args.eval_file)[0])
+    situations, _ = turingadvice.read_turingadvice_eval(args.eval_file)
+    return preference_heuristics.items_from_turingadvice(situations)
   if fmt == "summarize_feedback":
     return preference_heuristics.items_from_summary_comparisons(
         summarize_feedback.read_comparisons(args.eval_file)[0])
@@ -92,11 +85,13 @@ def _preference_items(args):
 def run_preference(args, seed: int):
   items = _preference_items(args)
   scorer = preference_heuristics.SCORERS[args.baseline]
-  records = [prediction_record(it, s) for it, s in zip(items, preference_heuristics.score_items(items, scorer))]
+  scores = preference_heuristics.score_items(items, scorer)
+  records = [prediction_record(it, s) for it, s in zip(items, scores)]
   task = items[0].task if items else args.eval_format
   good = [r["scores"][0] for r in records]
   bad = [r["scores"][1] for r in records]
-  return records, {task: {"pairwise_accuracy": t5_metrics.pairwise_accuracy(good, bad, seed=seed).as_dict()}}, []
+  metrics = {task: {"pairwise_accuracy": t5_metrics.pairwise_accuracy(good, bad, seed=seed).as_dict()}}
+  return records, metrics, []
 
 
 def run_timedial(args, seed: int):
@@ -114,7 +109,8 @@ def run_tfidf_advice(args, seed: int):
     situations = turingadvice.read_turingadvice_eval(args.eval_file)[0]
     references = [s.best_advice for s in situations]
   else:
-    situations = [s for s in reddit_advice.read_reddit_advice(args.eval_file)[0] if s.split == args.eval_split]
+    situations, _ = reddit_advice.read_reddit_advice(args.eval_file)
+    situations = [s for s in situations if s.split == args.eval_split]
     references = [max(s.good_comments, key=lambda c: c.score).body for s in situations]
   if not situations:
     raise app.UsageError(f"no situations to answer in {args.eval_file}")

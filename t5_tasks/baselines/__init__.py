@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from t5_tasks.analysis import mean_interval
+from t5_tasks import metrics as t5_metrics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,28 +31,15 @@ def prediction_record(item: CandidateItem, scores: Sequence[float]) -> dict:
           "prediction": int(np.argmax(scores)), "gold": list(item.gold), **item.metadata}
 
 
-def is_correct(record: Mapping) -> bool:
-  """The top-scored candidate is a correct one."""
-  return record["gold"][record["prediction"]] == 1
+def accuracy_metrics(records: Sequence[Mapping], *, by: str | None = None, seed: int = 0) -> dict[str, dict]:
+  """{"accuracy": interval} over the records, plus "accuracy/<group>" per value of metadata `by`.
 
-
-def accuracy_metrics(records: Sequence[Mapping], *, seed: int = 0) -> dict[str, dict]:
-  """{task: {"accuracy": {"value", "low", "high"}}} over the records of each task."""
-  by_task: dict[str, list[bool]] = {}
-  for record in records:
-    by_task.setdefault(record["task"], []).append(is_correct(record))
-  return {task: {"accuracy": _entry(values, seed)} for task, values in by_task.items()}
-
-
-def _entry(values, seed: int) -> dict:
-  result = mean_interval(values, seed=seed)
-  return {"value": result["value"], "low": result["low"], "high": result["high"]}
-
-
-def breakdown(records: Sequence[Mapping], key: str, *, seed: int = 0) -> dict[str, dict]:
-  """Accuracy with CI grouped by a metadata field (e.g. ASQ "pair_type"); "" groups are skipped."""
-  groups: dict[str, list[bool]] = {}
-  for record in records:
-    if record.get(key):
-      groups.setdefault(str(record[key]), []).append(is_correct(record))
-  return {name: {**_entry(values, seed), "n": len(values)} for name, values in sorted(groups.items())}
+  Ties between candidate scores count as broken at random, as in model evaluation.
+  """
+  scores = np.asarray([r["scores"] for r in records])
+  labels = np.asarray([r["gold"] for r in records])
+  result = {"accuracy": t5_metrics.accuracy(scores, labels, seed=seed).as_dict()}
+  for group in sorted({r.get(by, "") for r in records} - {""}) if by else ():
+    rows = np.asarray([r.get(by) == group for r in records])
+    result[f"accuracy/{group}"] = t5_metrics.accuracy(scores[rows], labels[rows], seed=seed).as_dict()
+  return result

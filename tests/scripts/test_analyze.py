@@ -46,7 +46,8 @@ def test_asq_with_system_predictions_on_quickstart(capsys, tmp_path):
   predictions.write_text("".join(
       json.dumps({"task": "asq", "id": r["id"], "scores": [1.0, 0.0], "prediction": 0,
                   "gold": [1, 0] if r["label"] == 0 else [0, 1]}) + "\n" for r in raw))
-  analysis, console = _analyze(capsys, tmp_path / "out", "asq", f"--annotation_dir={DATA}", f"--predictions=first={predictions}")
+  analysis, console = _analyze(capsys, tmp_path / "out", "asq", f"--annotation_dir={DATA}",
+                               f"--predictions=first={predictions}")
   assert analysis["system_accuracy"]["first"]["value"] == pytest.approx(
       sum(r["label"] == 0 for r in raw) / len(raw))
   annotations = json.load(open(DATA / "asq_annotation_first.json"))
@@ -57,7 +58,8 @@ def test_asq_with_system_predictions_on_quickstart(capsys, tmp_path):
 
 def test_agreement_on_quickstart_comparisons(capsys, tmp_path):
   comparisons = [json.loads(line) for line in open(DATA / "summarize_comparisons.jsonl")]
-  analysis, console = _analyze(capsys, tmp_path, "agreement", f"--comparisons={DATA / 'summarize_comparisons.jsonl'}",
+  analysis, console = _analyze(capsys, tmp_path, "agreement",
+                               f"--comparisons={DATA / 'summarize_comparisons.jsonl'}",
                                "--comparison_format=summarize_feedback")
   assert analysis["n_comparisons"] == len(comparisons)
   credit = []

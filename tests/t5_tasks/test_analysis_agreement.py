@@ -34,7 +34,8 @@ def test_agreement_needs_equal_item_counts():
 
 def test_scores_from_predictions_orient_by_gold():
   items = [CandidateItem("p", "x", "", ("g", "b"), (1, 0)), CandidateItem("p", "y", "", ("g", "b"), (1, 0))]
-  predictions = [{"id": "y", "scores": [0.1, 0.9], "gold": [0, 1]}, {"id": "x", "scores": [3, 4], "gold": [1, 0]}]
+  predictions = [{"id": "y", "scores": [0.1, 0.9], "gold": [0, 1]},
+                 {"id": "x", "scores": [3, 4], "gold": [1, 0]}]
   assert agreement.scores_from_predictions(items, predictions) == [[3, 4], [0.9, 0.1]]
   with pytest.raises(ValueError, match="no prediction for 1 items, e.g. 'x'"):
     agreement.scores_from_predictions(items, predictions[:1], "rm")
@@ -64,7 +65,8 @@ def test_length_controlled_preference_matches_a_likelihood_fit():
   assert result["n"] == 80
   assert result["raw"]["value"] == pytest.approx(chose_a.mean())
   assert result["length_controlled"]["value"] == pytest.approx(1 / (1 + np.exp(-w[0])), abs=1e-4)
-  assert result["length_controlled"]["low"] < result["length_controlled"]["value"] < result["length_controlled"]["high"]
+  controlled = result["length_controlled"]
+  assert controlled["low"] < controlled["value"] < controlled["high"]
 
 
 def test_equal_lengths_leave_the_raw_preference():

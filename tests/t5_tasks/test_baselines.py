@@ -25,15 +25,19 @@ DATA = ROOT / "t5_tasks" / "data"
 def test_heuristic_scorers_by_hand():
   assert preference_heuristics.response_length("ignored", "Try it, then call me.") == 5
   # Bigrams of the response: "the cat", "cat sat", "sat down"; two occur in the context.
-  assert preference_heuristics.bigram_copying("The cat sat on the mat", "the cat sat down") == pytest.approx(2 / 3)
+  copying = preference_heuristics.bigram_copying("The cat sat on the mat", "the cat sat down")
+  assert copying == pytest.approx(2 / 3)
   assert preference_heuristics.bigram_copying("anything", "one") == 0.0
 
 
 def test_prediction_record_and_accuracy():
   items = [CandidateItem("t", "a", "", ("x", "y"), (0, 1)), CandidateItem("t", "b", "", ("x", "y"), (1, 0))]
-  records = [prediction_record(items[0], [0.1, 0.9]), prediction_record(items[1], [0.2, 0.8])]
+  records = [prediction_record(items[0], [0.1, 0.9]), prediction_record(items[1], [0.2, 0.8]),
+             {**prediction_record(items[1], [0.5, 0.5]), "group": "tied"}]
   assert records[0] == {"task": "t", "id": "a", "scores": [0.1, 0.9], "prediction": 1, "gold": [0, 1]}
-  assert accuracy_metrics(records)["t"]["accuracy"]["value"] == 0.5
+  metrics = accuracy_metrics(records, by="group")
+  assert metrics["accuracy"]["value"] == pytest.approx((1 + 0 + 0.5) / 3)  # The tie earns half.
+  assert metrics["accuracy/tied"]["value"] == 0.5 and set(metrics) == {"accuracy", "accuracy/tied"}
   with pytest.raises(ValueError, match="item 'a': 1 scores for 2 candidates"):
     prediction_record(items[0], [1.0])
 
@@ -60,7 +64,8 @@ def test_timedial_overlap_on_quickstart():
   dialog = set(w for turn in first["conversation"] for w in turn.lower().replace("<mask>", " ").split())
   option = first["incorrect1"].lower().split()
   assert records[0]["scores"][2] == pytest.approx(sum(w in dialog for w in option) / len(option))
-  assert set(timedial_overlap.metrics(records)["timedial"]) >= {"two_best_accuracy", "accuracy", "error_rate/Rule 1"}
+  metrics = timedial_overlap.metrics(records)["timedial"]
+  assert set(metrics) >= {"two_best_accuracy", "accuracy", "error_rate/Rule 1"}
 
 
 def _asq_accuracy(model, test_items) -> float:
@@ -112,10 +117,12 @@ def test_tfidf_advice_answers_with_the_nearest_situations_top_comment():
 
 
 def test_tfidf_advice_on_real_turingadvice_situations(shared_data):
-  situations, _ = turingadvice.read_turingadvice_eval(str(shared_data / "turingadvice" / "feb-14-2020_first100.jsonl"))
+  path = shared_data / "turingadvice" / "feb-14-2020_first100.jsonl"
+  situations, _ = turingadvice.read_turingadvice_eval(str(path))
   train, _ = reddit_advice.read_reddit_advice(str(DATA / "reddit_advice_2019.jsonl"))
   retriever = tfidf_advice.TfidfAdviceRetriever().fit(train)
-  answers = retriever([{"title": s.title, "selftext": s.selftext, "subreddit": s.subreddit} for s in situations])
+  answers = retriever([{"title": s.title, "selftext": s.selftext, "subreddit": s.subreddit}
+                       for s in situations])
   assert len(answers) == len(situations) and all(answers)
 
 
@@ -133,7 +140,8 @@ def _run_baseline(tmp_path, *args) -> dict:
 def test_run_baseline_asq_writes_evaluation_outputs(tmp_path):
   run = _run_baseline(tmp_path, "--baseline=asq_similarity", f"--train_file={DATA / 'asq_train.json'}",
                       f"--eval_file={DATA / 'asq_test.json'}",
-                      f"--annotation_files={DATA / 'asq_annotation_first.json'},{DATA / 'asq_annotation_second.json'}")
+                      f"--annotation_files={DATA / 'asq_annotation_first.json'},"
+                      f"{DATA / 'asq_annotation_second.json'}")
   raw = json.load(open(DATA / "asq_test.json"))
   assert [p["id"] for p in run["predictions"]] == [r["id"] for r in raw]
   # A tie between the two questions is a coin flip: half credit.
@@ -149,7 +157,8 @@ def test_run_baseline_length_on_turingadvice(tmp_path, shared_data):
   assert len(run["predictions"]) == 600
   good_longer = [(p["scores"][0] > p["scores"][1]) + 0.5 * (p["scores"][0] == p["scores"][1])
                  for p in run["predictions"]]
-  assert run["metrics"]["turingadvice_preference"]["pairwise_accuracy"]["value"] == pytest.approx(np.mean(good_longer))
+  accuracy = run["metrics"]["turingadvice_preference"]["pairwise_accuracy"]["value"]
+  assert accuracy == pytest.approx(np.mean(good_longer))
 
 
 def test_run_baseline_timedial_and_tfidf_on_quickstart(tmp_path):
