@@ -5,6 +5,7 @@ error bars), then optional bar charts (breakdowns such as error rate by rule)
 and tables. PNGs sit beside `report.html`; every file is written atomically.
 """
 import dataclasses
+import glob
 import html
 import io
 import os
@@ -118,6 +119,9 @@ def write_report(out_dir: str, *, title: str,
     name = f"plot_{i:02d}.png"
     _save_chart(chart, os.path.join(out_dir, name))
     parts.append(f"<h2>{html.escape(chart.title)}</h2><img src='{name}' alt='{html.escape(chart.title)}'>")
+  for stale in glob.glob(os.path.join(out_dir, "plot_*.png")):
+    if os.path.basename(stale) not in {f"plot_{i:02d}.png" for i in range(len(all_charts))}:
+      os.unlink(stale)  # Left by an earlier report with more charts; the page no longer shows it.
   parts += [_table_html(t) for t in tables]
   parts.append("</body></html>\n")
   path = os.path.join(out_dir, REPORT_FILE)

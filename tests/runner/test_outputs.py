@@ -77,6 +77,7 @@ def test_read_written_ids_of_missing_file_is_empty(tmp_path):
 
 
 def test_report_has_metrics_charts_and_escaped_tables(tmp_path):
+  (tmp_path / "plot_07.png").write_bytes(b"old")  # From an earlier, longer report.
   metrics = {"timedial": {"two_best_accuracy": outputs.interval(0.6, 0.5, 0.7)},
              "asq": {"two_best_accuracy": outputs.interval(0.8, 0.7, 0.9)}}
   charts = [report.BarChart("error rate by rule", ["Rule 1", "Rule 2"], [0.4, 0.1], [0.3, 0.05], [0.5, 0.2])]
