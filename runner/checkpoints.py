@@ -22,20 +22,19 @@ CHECKPOINTS_SUBDIR = "checkpoints"
 _ITEMS = ("params", "opt_state", "data")
 
 
-def checkpoint_manager(model_dir, save_every=1000, keep=3, read_only=False) -> ocp.CheckpointManager:
-  """A manager saving every `save_every` steps (and whenever forced) and keeping the last `keep`."""
-  options = ocp.CheckpointManagerOptions(save_interval_steps=save_every, max_to_keep=keep,
-                                         create=not read_only, read_only=read_only)
+def checkpoint_manager(model_dir, keep=3, read_only=False) -> ocp.CheckpointManager:
+  """A manager of `model_dir`/checkpoints keeping the last `keep`; the training loop decides when to save."""
+  options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=not read_only, read_only=read_only)
   return ocp.CheckpointManager(os.path.join(os.path.abspath(model_dir), CHECKPOINTS_SUBDIR),
                                options=options, item_names=_ITEMS)
 
 
-def save(manager, step, params, opt_state, data_position, force=False) -> bool:
-  """Saves (asynchronously) when the manager's interval says so, or always with force=True."""
+def save(manager, step, params, opt_state, data_position) -> bool:
+  """Starts an asynchronous save of step `step` (finished by `manager.wait_until_finished()`)."""
   args = ocp.args.Composite(params=ocp.args.StandardSave(params),
                             opt_state=ocp.args.StandardSave(opt_state),
                             data=ocp.args.JsonSave(dict(data_position, step=int(step))))
-  return manager.save(int(step), args=args, force=force)
+  return manager.save(int(step), args=args, force=True)
 
 
 def restore(manager, abstract_params, abstract_opt_state, step=None):

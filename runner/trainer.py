@@ -145,7 +145,7 @@ def make_train_step(config: T5Config, optimizer, mesh, params_shardings, opt_sha
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     metrics = {name: value / units for name, value in sums.items()}
-    metrics.update(grad_norm=optax.tree.norm(grads), units=units)
+    metrics.update(grad_norm=optax.tree.norm(grads), param_norm=optax.tree.norm(params), units=units)
     return params, opt_state, metrics
 
   replicated = NamedSharding(mesh, PartitionSpec())

@@ -1,27 +1,9 @@
 """Checkpoints: a save on mesh (4, 2) restores on mesh (8, 1) and on one device to identical values."""
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 
-from tests.conftest import PROJECT_ROOT
 
-_EIGHT_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
-
-
-def run_with_eight_devices(script, tmp_path):
-  """Runs `script` in a fresh interpreter that sees 8 CPU devices; fails the test with its stderr."""
-  env = dict(os.environ, **_EIGHT_DEVICES, PYTHONPATH=str(PROJECT_ROOT))
-  result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-  assert result.returncode == 0, result.stderr[-4000:]
-  return result.stdout
-
-
-def test_checkpoint_from_mesh_4x2_restores_on_mesh_8x1_and_one_device(tmp_path):
-  out = run_with_eight_devices("""
+def test_checkpoint_from_mesh_4x2_restores_on_mesh_8x1_and_one_device(run_python):
+  out = run_python("""
       import jax, numpy as np, optax
       from models.config import T5Config
       from models.network import init_params
@@ -40,7 +22,7 @@ def test_checkpoint_from_mesh_4x2_restores_on_mesh_8x1_and_one_device(tmp_path):
       opt_state = jax.jit(optimizer.init)(sharded)
       opt_state = jax.tree.map(lambda x: x + 1 if x.dtype.kind == "f" else x, opt_state)
       expected_opt = jax.tree.map(np.asarray, opt_state)
-      manager = checkpoints.checkpoint_manager("run", save_every=1, keep=2)
+      manager = checkpoints.checkpoint_manager("run", keep=2)
       checkpoints.save(manager, 7, sharded, opt_state, {"position": 7})
       manager.wait_until_finished()
 
@@ -62,7 +44,7 @@ def test_checkpoint_from_mesh_4x2_restores_on_mesh_8x1_and_one_device(tmp_path):
       assert step == 7 and position == {"position": 7, "step": 7}, (step, position)
       jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, o), expected_opt)
       print("restored", len(jax.tree.leaves(p)))
-      """, tmp_path)
+      """, devices=8)
   assert "restored" in out
 
 

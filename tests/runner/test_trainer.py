@@ -9,7 +9,6 @@ from models import reward as reward_lib
 from models.config import T5Config
 from models.network import Transformer, init_params
 from runner import partitioning, trainer
-from tests.runner.test_checkpoints import run_with_eight_devices
 
 TINY = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
                 num_encoder_layers=2, num_decoder_layers=2)
@@ -91,8 +90,8 @@ def test_schedules_follow_their_formulas():
     trainer.make_optimizer("sgd")
 
 
-def test_step_on_mesh_4x2_matches_one_device_and_shards_parameters(tmp_path):
-  out = run_with_eight_devices("""
+def test_step_on_mesh_4x2_matches_one_device_and_shards_parameters(run_python):
+  out = run_python("""
       import jax, numpy as np
       from models.config import T5Config
       from models.network import init_params
@@ -127,5 +126,5 @@ def test_step_on_mesh_4x2_matches_one_device_and_shards_parameters(tmp_path):
       embedding = many["token_embedder"]["embedding"]
       assert embedding.addressable_shards[0].data.shape == (192, 64)
       print("losses", one_losses, many_losses)
-      """, tmp_path)
+      """, devices=8)
   assert "losses" in out

@@ -1,0 +1,144 @@
+"""seqio tasks and mixtures -> numpy batches for this host.
+
+Training order is seqio's own deterministic pipeline: the task (or mixture) is shuffled with
+`seed` and repeated, then batched; resuming at step n skips the first n batches of that same
+stream (`tf.data.Dataset.skip`), so a restarted run sees exactly the batches the uninterrupted
+one would have. Skipping re-reads the skipped examples (seconds for the project's datasets; a
+cached task, USE_CACHED_TASKS, makes it cheaper). Each host reads only its shard
+(`seqio.ShardInfo(jax.process_index(), jax.process_count())`).
+
+Token-CE batches use seqio's `EncDecFeatureConverter` without packing (the network has no
+segment ids, so packed rows would attend across examples). Cloze and preference items become
+`[B, K, T]` candidate tensors by `candidate_arrays`.
+
+seqio and TensorFlow are imported inside the functions: the rest of runner/ runs without them.
+"""
+import itertools
+from typing import Any, Iterator, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from runner import partitioning
+
+# Features that hold tokens; every other feature of an example is metadata for reports.
+TOKEN_FEATURES = ("inputs", "targets", "candidates", "candidate_labels")
+
+
+def _shard_info():
+  import seqio  # pylint: disable=g-import-not-at-top
+  if jax.process_count() == 1:
+    return None
+  return seqio.ShardInfo(index=jax.process_index(), num_shards=jax.process_count())
+
+
+def _rows(value) -> list[np.ndarray]:
+  """Candidates of one example as 1-D arrays, whether dense, ragged or lists."""
+  if hasattr(value, "to_list"):
+    value = value.to_list()
+  return [np.asarray(row, np.int32).reshape(-1) for row in value]
+
+
+def candidate_arrays(examples: Sequence[Mapping[str, Any]], input_length: int, candidate_length: int,
+                     num_candidates: int | None = None) -> dict[str, np.ndarray]:
+  """Tokenized cloze/preference examples -> padded arrays (0 = padding; lengths fixed for jit).
+
+  Returns `input_ids` [B, input_length], `candidate_ids` [B, K, candidate_length],
+  `candidate_labels` [B, K] int32 and `candidate_mask` [B, K] bool; K is `num_candidates` or the
+  most candidates of any example. Longer inputs and candidates are cut, as seqio trims.
+  """
+  candidates = [_rows(example["candidates"]) for example in examples]
+  k = num_candidates or max(len(rows) for rows in candidates)
+  rows = len(examples)
+  out = {"input_ids": np.zeros((rows, input_length), np.int32),
+         "candidate_ids": np.zeros((rows, k, candidate_length), np.int32),
+         "candidate_labels": np.zeros((rows, k), np.int32),
+         "candidate_mask": np.zeros((rows, k), bool)}
+  for i, (example, options) in enumerate(zip(examples, candidates)):
+    labels = np.asarray(example["candidate_labels"], np.int32).reshape(-1)
+    if len(labels) != len(options) or len(options) > k:
+      raise ValueError(f"example {i} (id {_text(example.get('id', '?'))!r}): {len(options)} candidates, "
+                       f"{len(labels)} candidate_labels, room for {k}")
+    inputs = np.asarray(example["inputs"], np.int32)[:input_length]
+    out["input_ids"][i, :len(inputs)] = inputs
+    for j, option in enumerate(options):
+      out["candidate_ids"][i, j, :min(len(option), candidate_length)] = option[:candidate_length]
+    out["candidate_labels"][i, :len(labels)] = labels
+    out["candidate_mask"][i, :len(options)] = True
+  return out
+
+
+def _text(value):
+  return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def example_metadata(example: Mapping[str, Any]) -> dict:
+  """The non-token features of an example as JSON-ready Python values (bytes decoded)."""
+  out = {}
+  for name, value in example.items():
+    if name in TOKEN_FEATURES:
+      continue
+    if hasattr(value, "to_list"):
+      value = value.to_list()
+    if isinstance(value, np.ndarray):
+      value = value.tolist()
+    if isinstance(value, np.generic):
+      value = value.item()
+    out[name] = [_text(v) for v in value] if isinstance(value, list) else _text(value)
+  return out
+
+
+def _chunks(iterator, size):
+  while chunk := list(itertools.islice(iterator, size)):
+    yield chunk
+
+
+def _lengths(feature_lengths):
+  return feature_lengths["inputs"], feature_lengths.get("candidates", feature_lengths["targets"])
+
+
+def train_batches(mixture_or_task_name: str, feature_lengths: Mapping[str, int], batch_size: int, *,
+                  objective="cross_entropy", split="train", seed=0, start_step=0,
+                  use_cached=False) -> Iterator[dict[str, np.ndarray]]:
+  """Endless training batches of this host's rows, from batch number `start_step` on.
+
+  `cross_entropy` batches hold `input_ids` [B, L] and `target_ids` [B, T]; reward objectives
+  get candidate arrays. `batch_size` is global; each host yields batch_size / process_count rows.
+  """
+  import seqio  # pylint: disable=g-import-not-at-top
+  rows = partitioning.host_batch_size(batch_size)
+  if objective == "cross_entropy":
+    dataset = seqio.get_dataset(
+        mixture_or_task_name, dict(feature_lengths), seqio.EncDecFeatureConverter(pack=False),
+        dataset_split=split, use_cached=use_cached, shuffle=True, num_epochs=None,
+        shard_info=_shard_info(), seed=seed, verbose=False)
+    dataset = dataset.batch(rows, drop_remainder=True).skip(start_step)
+    for batch in dataset.as_numpy_iterator():
+      yield {"input_ids": batch["encoder_input_tokens"], "target_ids": batch["decoder_target_tokens"]}
+    return
+  provider = seqio.get_mixture_or_task(mixture_or_task_name)
+  dataset = provider.get_dataset(dict(feature_lengths), split, use_cached=use_cached, shuffle=True,
+                                 seed=seed, shard_info=_shard_info(), num_epochs=None)
+  dataset = dataset.skip(start_step * rows)
+  for chunk in _chunks(dataset.as_numpy_iterator(), rows):
+    yield candidate_arrays(chunk, *_lengths(feature_lengths))
+
+
+def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, int], batch_size: int, *,
+                      use_cached=False, num_candidates=None) -> Iterator[tuple[list[dict], dict[str, np.ndarray]]]:
+  """Every example of a cloze/preference task exactly once, in the task's order, for evaluation.
+
+  Yields (metadata of each real example, batch). Batches have exactly `batch_size` rows (fixed
+  shapes for jit): the last one is padded, and `example_mask` [B] marks the real rows.
+  Metadata holds every non-token feature (id, *_pretokenized texts, candidate_rules, ...).
+  """
+  import seqio  # pylint: disable=g-import-not-at-top
+  task = seqio.get_mixture_or_task(task_name)
+  dataset = task.get_dataset(dict(feature_lengths), split, use_cached=use_cached, shuffle=False, num_epochs=1)
+  for chunk in _chunks(dataset.as_numpy_iterator(), batch_size):
+    real = len(chunk)
+    arrays = candidate_arrays(chunk, *_lengths(feature_lengths), num_candidates)
+    batch = {name: np.pad(value, [(0, batch_size - real)] + [(0, 0)] * (value.ndim - 1))
+             for name, value in arrays.items()}
+    batch["example_mask"] = np.arange(batch_size) < real
+    yield [example_metadata(example) for example in chunk], batch

@@ -1,0 +1,33 @@
+"""Running JAX code in a fresh interpreter: with 8 simulated CPU devices, or to kill it mid-run.
+
+The device count of a process is fixed when JAX starts, so multi-device checks run in
+subprocesses; they share one persistent compilation cache to avoid compiling the same step twice.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import PROJECT_ROOT
+
+
+@pytest.fixture(scope="session")
+def compilation_cache(tmp_path_factory):
+  return tmp_path_factory.mktemp("jax_compilation_cache")
+
+
+@pytest.fixture
+def run_python(compilation_cache, tmp_path):
+  """run_python(code, devices=1, expect_returncode=0) -> stdout of `code` run in `tmp_path`."""
+  def run(code, devices=1, expect_returncode=0):
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               JAX_COMPILATION_CACHE_DIR=str(compilation_cache),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == expect_returncode, result.stderr[-4000:]
+    return result.stdout
+  return run

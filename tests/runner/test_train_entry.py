@@ -1,0 +1,109 @@
+"""The train entry point: resuming after SIGKILL, saving on SIGTERM, stopping on a non-finite loss.
+
+Runs happen in subprocesses (`run_python`, sharing a compilation cache); `run` below is what they call.
+"""
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from models.config import T5Config
+
+TINY = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
+                num_encoder_layers=2, num_decoder_layers=2)
+STEPS = 8
+
+
+def numbered_batches(start, signal_at=None, signal_number=None):
+  """Batch i is a fixed function of i; the process signals itself when fetching batch `signal_at`."""
+  index = start
+  while True:
+    if index == signal_at:
+      if signal_number == signal.SIGKILL:
+        time.sleep(1.0)  # lets the asynchronous save of the last checkpoint commit first
+      os.kill(os.getpid(), signal_number)
+    rng = np.random.default_rng(index)
+    yield {"input_ids": rng.integers(3, 300, (4, 10)).astype(np.int32),
+           "target_ids": rng.integers(3, 300, (4, 6)).astype(np.int32)}
+    index += 1
+
+
+def run(model_dir, signal_at=None, signal_number=None, nan_from_update=None, save_params_to=None):
+  """A tiny 8-step run checkpointing every 3 steps; optionally signalled, or with a NaN learning rate."""
+  import jax
+  import jax.numpy as jnp
+  import optax
+  from runner import train
+  learning_rate = 1e-2
+  if nan_from_update is not None:
+    learning_rate = lambda count: jnp.where(count < nan_from_update, 1e-2, jnp.nan)
+  result = train.train(model_config=TINY, train_steps=STEPS, batch_size=4, model_dir=str(model_dir),
+                       checkpoint_every=3, log_every=4, optimizer=optax.adafactor(learning_rate),
+                       batch_source=lambda start: numbered_batches(start, signal_at, signal_number))
+  if save_params_to:
+    flat = jax.tree_util.tree_flatten_with_path(jax.device_get(result.params))[0]
+    np.savez(save_params_to, **{jax.tree_util.keystr(path): value for path, value in flat})
+  print("result", result.step, result.preempted)
+
+
+def _params(path):
+  with np.load(path) as arrays:
+    return dict(arrays)
+
+
+def _steps(model_dir):
+  return sorted(int(name) for name in os.listdir(model_dir / "checkpoints") if name.isdigit())
+
+
+def test_killed_run_resumes_to_the_parameters_of_an_uninterrupted_run(run_python, tmp_path):
+  run_python("""
+      import signal
+      from tests.runner.test_train_entry import run
+      run("killed", signal_at=5, signal_number=signal.SIGKILL)
+      """, expect_returncode=-signal.SIGKILL)
+  assert _steps(tmp_path / "killed") == [3]  # killed while fetching the batch of step 6
+  out = run_python("""
+      from tests.runner.test_train_entry import run
+      run("killed", save_params_to="resumed.npz")
+      run("uninterrupted", save_params_to="uninterrupted.npz")
+      """)
+  assert out.count(f"result {STEPS} False") == 2
+  assert _steps(tmp_path / "killed") == [3, 6, STEPS]
+  resumed, uninterrupted = _params(tmp_path / "resumed.npz"), _params(tmp_path / "uninterrupted.npz")
+  assert resumed.keys() == uninterrupted.keys() and len(resumed) > 20
+  for name, value in uninterrupted.items():
+    np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+
+
+def test_sigterm_saves_at_the_current_step_and_returns(run_python, tmp_path):
+  out = run_python("""
+      import signal
+      import jax, numpy as np
+      from runner import checkpoints
+      from tests.runner.test_train_entry import run, TINY
+      run("run", signal_at=4, signal_number=signal.SIGTERM, save_params_to="returned.npz")
+      restored = checkpoints.restore_params("run", TINY)
+      returned = np.load("returned.npz")
+      flat = jax.tree_util.tree_flatten_with_path(jax.device_get(restored))[0]
+      for path, value in flat:
+        np.testing.assert_array_equal(value, returned[jax.tree_util.keystr(path)])
+      print("restored the returned parameters")
+      """)
+  assert "result 5 True" in out and "restored the returned parameters" in out
+  assert _steps(tmp_path / "run") == [3, 5]
+
+
+def test_non_finite_update_stops_with_the_last_good_checkpoint(run_python, tmp_path):
+  out = run_python("""
+      from runner import train
+      from tests.runner.test_train_entry import run
+      try:
+        run("run", nan_from_update=4)
+      except train.NonFiniteLossError as error:
+        print("error:", error)
+      """)
+  # The 5th update (step 4) uses a NaN learning rate: step 4's new parameters are NaN.
+  assert "at step 4; stopped without saving: the last good checkpoint is step 3" in out, out
+  assert _steps(tmp_path / "run") == [3]
