@@ -1,0 +1,201 @@
+"""Offline evaluation on the quickstart tasks with a random tiny model: outputs, scores, resuming."""
+import json
+
+import jax
+import numpy as np
+import pytest
+import seqio
+
+import t5_tasks  # pylint: disable=unused-import  # registers the tasks
+from models import reward as reward_lib
+from models import scoring
+from models.config import T5Config
+from models.network import init_params
+from runner import checkpoints
+from runner import evaluate
+from runner import outputs
+from t5_tasks import batching
+from t5_tasks import metrics as t5_metrics
+
+CONFIG = T5Config(vocab_size=384, emb_dim=32, num_heads=2, head_dim=8, mlp_dim=64,
+                  num_encoder_layers=1, num_decoder_layers=1)
+LENGTHS = {"inputs": 256, "targets": 32}
+MIXTURE = "quickstart"
+SPLIT = "test"
+BATCH = 8
+
+
+def _save(directory, params):
+  checkpoints.save_params(str(directory / "params"), params)
+  evaluate.write_model_config(str(directory), CONFIG)
+  return str(directory)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+  return _save(tmp_path_factory.mktemp("ckpt"), init_params(CONFIG, jax.random.PRNGKey(0)))
+
+
+def _run(checkpoint_path, output_dir, **overrides):
+  kwargs = dict(mixture_or_task_name=MIXTURE, task_feature_lengths=LENGTHS,
+                checkpoint_path=checkpoint_path, output_dir=str(output_dir), batch_size=BATCH, split=SPLIT)
+  return evaluate.evaluate(**{**kwargs, **overrides})
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(checkpoint, tmp_path_factory):
+  out = tmp_path_factory.mktemp("eval")
+  _run(checkpoint, out)
+  return out
+
+
+def _scored_tasks():
+  """Quickstart tasks with a test split and score metrics, read straight from seqio."""
+  return [t for t in seqio.get_mixture_or_task(MIXTURE).tasks
+          if SPLIT in t.splits and t.score_metric_fns]
+
+
+def _task_arrays(task_name):
+  """The task's items straight from seqio, padded by t5_tasks.batching (not by runner.data)."""
+  examples = list(seqio.get_mixture_or_task(task_name).get_dataset(
+      LENGTHS, split=SPLIT, shuffle=False).as_numpy_iterator())
+  arrays = batching.candidates_to_numpy(examples, candidate_length=LENGTHS["targets"])
+  return examples, arrays
+
+
+def _in_batches(score_fn, arrays):
+  """score_fn over rows padded to BATCH x LENGTHS (the shapes evaluation compiled, so no recompiling)."""
+  rows = -(-len(arrays["input_ids"]) // BATCH) * BATCH
+  inputs = np.zeros((rows, LENGTHS["inputs"]), np.int32)
+  inputs[:len(arrays["input_ids"]), :arrays["input_ids"].shape[1]] = arrays["input_ids"]
+  candidates = np.zeros((rows,) + arrays["candidate_ids"].shape[1:], np.int32)
+  candidates[:len(arrays["candidate_ids"])] = arrays["candidate_ids"]
+  scores = [np.asarray(score_fn(inputs[i:i + BATCH], candidates[i:i + BATCH])) for i in range(0, rows, BATCH)]
+  return np.concatenate(scores)[:len(arrays["input_ids"])]
+
+
+def _by_task(records):
+  out = {}
+  for r in records:
+    out.setdefault(r["task"], []).append(r)
+  return out
+
+
+def test_writes_one_line_per_item_and_the_report(uninterrupted):
+  by_task = _by_task(outputs.read_predictions(str(uninterrupted / outputs.PREDICTIONS_FILE)))
+  tasks = _scored_tasks()
+  assert sorted(by_task) == sorted(t.name for t in tasks)
+  for task in tasks:
+    assert len(by_task[task.name]) == task.num_input_examples(SPLIT), task.name
+    ids = [r["id"] for r in by_task[task.name]]
+    assert len(set(ids)) == len(ids)
+  assert sorted(outputs.read_metrics(str(uninterrupted))) == sorted(t.name for t in tasks)
+  html = (uninterrupted / "report.html").read_text()
+  for task in tasks:
+    assert task.name in html
+  assert "timedial_cloze_full: error_rate by group" in html
+  assert "asq_intent_cloze: accuracy by group" in html
+  for image in ("plot_00.png", "plot_04.png"):
+    assert f"src='{image}'" in html and (uninterrupted / image).stat().st_size > 1000
+
+
+def test_scores_equal_score_candidates_computed_directly(uninterrupted, checkpoint):
+  by_task = _by_task(outputs.read_predictions(str(uninterrupted / outputs.PREDICTIONS_FILE)))
+  params = checkpoints.restore_params(checkpoint, CONFIG)
+  for task in _scored_tasks():
+    examples, arrays = _task_arrays(task.name)
+    expected = _in_batches(lambda x, c: scoring.score_candidates(CONFIG, params, x, c), arrays)
+    records = by_task[task.name]
+    for i, (record, example) in enumerate(zip(records, examples)):
+      count = int(arrays["candidate_mask"][i].sum())
+      assert record["id"].split("#")[0] == example["id"].decode()
+      assert record["gold"] == arrays["candidate_labels"][i, :count].tolist()
+      np.testing.assert_allclose(record["scores"], expected[i, :count], rtol=1e-5, atol=1e-6)
+      assert record["prediction"] == int(np.argmax(record["scores"]))
+
+
+def test_metrics_match_the_task_metrics_on_the_records(uninterrupted):
+  records = _by_task(outputs.read_predictions(str(uninterrupted / outputs.PREDICTIONS_FILE)))
+  metrics = outputs.read_metrics(str(uninterrupted))
+  timedial = records["timedial_cloze_full"]
+  scores = np.asarray([r["scores"] for r in timedial])
+  labels = np.asarray([r["gold"] for r in timedial])
+  assert metrics["timedial_cloze_full"]["two_best_accuracy"] == t5_metrics.two_best_accuracy(
+      scores, labels).as_dict()
+  rules = {f"error_rate/{rule}" for r in timedial for rule in r["candidate_rules"] if rule}
+  assert rules and rules <= set(metrics["timedial_cloze_full"])
+  asq = records["asq_intent_cloze"]
+  pair_types = {r["pair_type"] for r in asq} - {""}
+  assert pair_types and {f"accuracy/{p}" for p in pair_types} <= set(metrics["asq_intent_cloze"])
+  for by_name in metrics.values():
+    for entry in by_name.values():
+      assert entry["low"] <= entry["value"] <= entry["high"]
+
+
+def test_interrupted_evaluation_resumes_to_the_same_outputs(uninterrupted, checkpoint, tmp_path,
+                                                            monkeypatch):
+  calls = []
+  real_score = scoring.score_candidates
+
+  def failing_after_three(*args, **kwargs):
+    if len(calls) == 3:
+      raise KeyboardInterrupt("injected interruption")
+    calls.append(1)
+    return real_score(*args, **kwargs)
+
+  monkeypatch.setattr(scoring, "score_candidates", failing_after_three)
+  with pytest.raises(KeyboardInterrupt, match="injected"):
+    _run(checkpoint, tmp_path)
+  partial = (tmp_path / outputs.PREDICTIONS_FILE).read_text().splitlines()
+  batch_sizes = [min(BATCH, t.num_input_examples(SPLIT) - first) for t in _scored_tasks()
+                 for first in range(0, t.num_input_examples(SPLIT), BATCH)]
+  assert len(partial) == sum(batch_sizes[:3])
+  with open(tmp_path / outputs.PREDICTIONS_FILE, "a", encoding="utf-8") as f:
+    f.write('{"task": "asq_intent_cloze", "id": "cut sh')  # a write killed half-way
+
+  calls.clear()
+  monkeypatch.setattr(scoring, "score_candidates", lambda *a, **k: calls.append(1) or real_score(*a, **k))
+  _run(checkpoint, tmp_path)
+  assert len(calls) == len(batch_sizes) - 3  # the finished batches are not scored again
+  for name in (outputs.METRICS_FILE, outputs.PREDICTIONS_FILE):
+    assert (tmp_path / name).read_bytes() == (uninterrupted / name).read_bytes(), name
+
+
+def test_reward_scorer_scores_with_the_reward_head(tmp_path):
+  params = reward_lib.init_reward_params(CONFIG, jax.random.PRNGKey(1))
+  path = _save(tmp_path / "reward", params)
+  task = "heap_advice_helpfulness"
+  metrics = _run(path, tmp_path / "out", mixture_or_task_name=task, scorer="reward")
+  records = outputs.read_predictions(str(tmp_path / "out" / outputs.PREDICTIONS_FILE))
+  _, arrays = _task_arrays(task)
+  expected = _in_batches(lambda x, c: reward_lib.reward(CONFIG, params, x, c), arrays)
+  np.testing.assert_allclose([r["scores"] for r in records], expected, rtol=1e-5, atol=1e-5)
+  good_wins = np.mean([r["scores"][r["gold"].index(1)] > r["scores"][r["gold"].index(0)] for r in records])
+  assert metrics[task]["pairwise_accuracy"]["value"] == pytest.approx(good_wins)
+
+
+def test_reward_scorer_needs_a_reward_head(checkpoint, tmp_path):
+  with pytest.raises(ValueError, match="has no 'reward_head' parameters"):
+    _run(checkpoint, tmp_path, mixture_or_task_name="heap_advice_helpfulness", scorer="reward")
+
+
+def test_refuses_to_resume_with_other_settings(uninterrupted, checkpoint):
+  with pytest.raises(ValueError, match=r"other settings \(\['length_normalize'\]\)"):
+    _run(checkpoint, uninterrupted, length_normalize=False)
+
+
+def test_rejects_unknown_scorer_and_missing_config(tmp_path):
+  with pytest.raises(ValueError, match="SCORER must be one of"):
+    _run(str(tmp_path), tmp_path / "out", scorer="bleu")
+  checkpoints.save_params(str(tmp_path / "bare" / "params"), {"w": np.zeros(2, np.float32)})
+  with pytest.raises(ValueError, match="no t5_config.json beside the checkpoint"):
+    evaluate.load_checkpoint(str(tmp_path / "bare"))
+
+
+def test_model_config_round_trips_and_rejects_unknown_fields(tmp_path):
+  evaluate.write_model_config(str(tmp_path), CONFIG)
+  assert evaluate.read_model_config(str(tmp_path)) == CONFIG
+  fields = json.loads((tmp_path / evaluate.CONFIG_FILE).read_text())
+  (tmp_path / evaluate.CONFIG_FILE).write_text(json.dumps({**fields, "colour": "red"}))
+  with pytest.raises(ValueError, match=r"t5_config.json: unknown T5Config field\(s\) \['colour'\]"):
+    evaluate.read_model_config(str(tmp_path))
