@@ -8,7 +8,6 @@ import datetime
 import re
 from typing import Callable, Mapping, Sequence
 
-import numpy as np
 import seqio
 import tensorflow as tf
 

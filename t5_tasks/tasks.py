@@ -10,9 +10,15 @@ records carry their own split):
         'heap/defeasible': {'all': '/data/heap/def_inf_eval_results.jsonl'},
     }
 
-Cloze and preference examples: `inputs`, `targets` (a correct candidate), `candidates`
-[K, T] and `candidate_labels` [K] int32, plus `id` and metadata strings (see
-`CLOZE_SIGNATURE`). Candidates are trimmed to the `targets` length.
+Every task (so that any of them mix) yields, after `get_dataset`:
+  inputs [L] int32, targets [T] int32 (EOS last; for cloze and preference items the tokens
+  of the first correct candidate), candidates [K, T_k] int32 (ragged, EOS after each,
+  trimmed to the `targets` length), candidate_labels [K] int32 (1 = correct / preferred;
+  preference items are [good, bad] -> [1, 0]; an advice example is one candidate, [1]),
+  id string, and `<key>_pretokenized` strings for inputs, targets and candidates.
+Metadata: TimeDial `candidate_rules` [K] string ("" for correct ones), ASQ `pair_type`
+and `pair_groups` ("|"-joined) strings, preference `candidate_scores` [K] float32.
+Mixtures keep only inputs, targets, candidates and candidate_labels.
 """
 import functools
 import hashlib
