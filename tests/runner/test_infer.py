@@ -1,0 +1,119 @@
+"""Inference with a random tiny model: one JSON line per input, decoded samples, the serving callable."""
+import json
+
+import jax
+import numpy as np
+import pytest
+import seqio
+
+import t5_tasks  # pylint: disable=unused-import  # registers the tasks
+from models import decoding
+from models.config import T5Config
+from models.network import init_params
+from runner import checkpoints
+from runner import evaluate
+from runner import infer
+from t5_tasks import tasks
+from t5_tasks.sources import reddit_advice
+
+CONFIG = T5Config(vocab_size=384, emb_dim=32, num_heads=2, head_dim=8, mlp_dim=64,
+                  num_encoder_layers=1, num_decoder_layers=1)
+LENGTHS = {"inputs": 128, "targets": 12}
+BATCH = 4
+VOCAB = seqio.ByteVocabulary()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+  directory = tmp_path_factory.mktemp("ckpt")
+  params = init_params(CONFIG, jax.random.PRNGKey(0))
+  checkpoints.save_params(str(directory / "params"), params)
+  evaluate.write_model_config(str(directory), CONFIG)
+  return str(directory), params
+
+
+def _lines(path):
+  return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+def _situations():
+  return [{"id": f"s{i}", "title": f"Question {i}?", "selftext": "Some context. " * i,
+           "subreddit": "Advice"} for i in range(5)]
+
+
+def test_task_inference_writes_one_line_per_situation(model, tmp_path):
+  path, _ = model
+  out = infer.infer(checkpoint_path=path, output_file=str(tmp_path / "gen.jsonl"),
+                    task_feature_lengths=LENGTHS, mixture_or_task_name="turingadvice_generation",
+                    split="test", batch_size=BATCH)
+  lines = _lines(out)
+  situations, _ = reddit_advice.read_reddit_advice(tasks.data_files("reddit_advice")["all"])
+  test = [s for s in situations if s.split == "test" and s.good_comments]
+  assert len(lines) == len(test)  # examples of one situation (one per reference) are merged
+  assert sorted(len(line["references"]) for line in lines) == sorted(len(s.good_comments) for s in test)
+  for line, situation in zip(lines, test):
+    assert line["id"].startswith(situation.id)
+    assert f"Title: {situation.title}" in line["inputs"]
+    assert len(line["predictions"]) == 1 and isinstance(line["predictions"][0], str)
+
+
+def test_file_inference_decodes_the_sampled_tokens(model, tmp_path):
+  path, params = model
+  source = tmp_path / "situations.jsonl"
+  source.write_text("".join(json.dumps(s) + "\n" for s in _situations()))
+  format_inputs = lambda s: f"{s['title']}\n{s['selftext']}"
+  out = infer.infer(checkpoint_path=path, output_file=str(tmp_path / "gen.jsonl"),
+                    task_feature_lengths=LENGTHS, input_file=str(source), batch_size=BATCH,
+                    num_samples=2, seed=7, format_inputs=format_inputs, vocabulary=VOCAB)
+  lines = _lines(out)
+  assert [line["id"] for line in lines] == [s["id"] for s in _situations()]
+  # The first batch again, by hand: bytes + 3 with EOS (1), sampled with fold_in(seed, 0).
+  texts = [format_inputs(s) for s in _situations()[:BATCH]]
+  ids = np.zeros((BATCH, LENGTHS["inputs"]), np.int32)
+  for row, text in enumerate(texts):
+    tokens = [b + 3 for b in text.encode("utf-8")] + [1]
+    ids[row, :len(tokens)] = tokens
+  tokens = np.asarray(decoding.sample(CONFIG, params, ids, jax.random.fold_in(jax.random.PRNGKey(7), 0),
+                                      max_length=LENGTHS["targets"], num_samples=2, top_p=0.95))
+  for row in range(BATCH):
+    assert lines[row]["inputs"] == texts[row]
+    expected = []
+    for sample in tokens[row]:
+      kept = []
+      for t in sample:
+        if t in (0, 1):
+          break
+        kept.append(int(t))
+      expected.append(VOCAB.decode(kept))
+    assert lines[row]["predictions"] == expected
+
+
+def test_generator_for_serving_returns_one_text_per_situation(model):
+  path, params = model
+  generator = infer.load_generator(path, format_inputs=lambda s: s["title"], vocabulary=VOCAB,
+                                   input_length=LENGTHS["inputs"], max_length=LENGTHS["targets"],
+                                   batch_size=BATCH, top_p=0.0)
+  texts = generator(_situations())
+  assert len(texts) == 5 and generator([]) == []
+  ids = infer.encode_inputs(VOCAB, [s["title"] for s in _situations()[:BATCH]], LENGTHS["inputs"])
+  greedy = np.asarray(decoding.sample(CONFIG, params, ids, jax.random.PRNGKey(0),
+                                      max_length=LENGTHS["targets"], greedy=True))
+  # top_p = 0 keeps only the most probable token: greedy decoding, whatever the random key.
+  assert texts[:BATCH] == [infer.decode_tokens(VOCAB, row[0]) for row in greedy]
+  with pytest.raises(ValueError, match=r"situations\[1\]: field 'selftext': expected a string"):
+    generator([_situations()[0], {"title": "t", "subreddit": "r"}])
+
+
+def test_bad_situations_file_names_line_and_field(tmp_path):
+  source = tmp_path / "bad.jsonl"
+  source.write_text(json.dumps(_situations()[0]) + "\n" + json.dumps({"title": 3, "selftext": "", "subreddit": ""}) + "\n")
+  with pytest.raises(ValueError, match=r"bad.jsonl:2: field 'title': expected a string, got 3"):
+    infer.read_situations(str(source))
+  source.write_text('{"title": "cut')
+  with pytest.raises(ValueError, match=r"bad.jsonl:1: invalid JSON"):
+    infer.read_situations(str(source))
+
+
+def test_needs_exactly_one_source(model, tmp_path):
+  with pytest.raises(ValueError, match="exactly one of MIXTURE_OR_TASK_NAME or an input_file"):
+    infer.infer(checkpoint_path=model[0], output_file=str(tmp_path / "x"), task_feature_lengths=LENGTHS)
