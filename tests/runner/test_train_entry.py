@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from models.config import T5Config
+from tests.conftest import PROJECT_ROOT
 
 TINY = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
                 num_encoder_layers=2, num_decoder_layers=2)
@@ -107,3 +108,18 @@ def test_non_finite_update_stops_with_the_last_good_checkpoint(run_python, tmp_p
   # The 5th update (step 4) uses a NaN learning rate: step 4's new parameters are NaN.
   assert "at step 4; stopped without saving: the last good checkpoint is step 3" in out, out
   assert _steps(tmp_path / "run") == [3]
+
+
+def test_scripts_train_runs_a_gin_configured_run_on_the_quickstart_mixture(run_python, tmp_path):
+  out = run_python(f"""
+      import subprocess, sys
+      subprocess.run([sys.executable, "-m", "scripts.train",
+                      "--gin_file=gin/models/t5_1_1/tiny.gin", "--gin_file=gin/runs/finetune.gin",
+                      "--gin_file=gin/mixtures/quickstart.gin", "--gin.MODEL_DIR='{tmp_path / 'run'}'",
+                      "--gin.TRAIN_STEPS=4", "--gin.BATCH_SIZE=4", "--gin.train.train.log_every=2",
+                      "--gin.TASK_FEATURE_LENGTHS={{'inputs': 64, 'targets': 16}}"],
+                     cwd={str(PROJECT_ROOT)!r}, check=True)
+      """)
+  assert "step 4/4  loss" in out and "tokens/s" in out and "stopped at step 4" in out
+  assert _steps(tmp_path / "run") == [4]
+  assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "run" / "train"))
