@@ -1,0 +1,117 @@
+"""runner.data on a small synthetic seqio task: token ids, deterministic resumable order, every item once."""
+import numpy as np
+import pytest
+
+seqio = pytest.importorskip("seqio")
+tf = pytest.importorskip("tensorflow")
+
+from runner import data  # pylint: disable=g-import-not-at-top
+
+TASK = "runner_test_synthetic_cloze"
+LENGTHS = {"inputs": 12, "targets": 6}
+ITEMS = [{"id": f"item{i}", "inputs": f"question {i}", "targets": f"a{i}",
+          "candidates": [f"a{i}", f"b{i}"] + ([f"c{i}"] if i % 3 == 0 else []),
+          "candidate_labels": [1, 0] + ([0] if i % 3 == 0 else [])} for i in range(10)]
+
+
+def _byte_ids(text, length):
+  """ByteVocabulary by hand: each UTF-8 byte + 3, then EOS (1), cut and padded to `length`."""
+  ids = [b + 3 for b in text.encode("utf-8")][:length - 1] + [1]
+  return ids + [0] * (length - len(ids))
+
+
+def _tokenize_rank2(dataset, output_features):
+  def step(example):
+    example = dict(example, candidates_pretokenized=example["candidates"])
+    for key in ("inputs", "targets"):
+      example[key] = output_features[key].vocabulary.encode_tf(example[key])
+    example["candidates"] = tf.map_fn(output_features["candidates"].vocabulary.encode_tf, example["candidates"],
+                                      fn_output_signature=tf.RaggedTensorSpec([None], tf.int32))
+    return example
+  return dataset.map(step)
+
+
+def _append_eos(dataset, output_features, sequence_length):
+  lengths = dict(sequence_length, candidates=sequence_length["targets"])
+  return seqio.preprocessors.append_eos_after_trim(dataset, output_features, lengths)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def synthetic_task():
+  vocabulary = seqio.ByteVocabulary()
+  signature = {"id": tf.TensorSpec([], tf.string), "inputs": tf.TensorSpec([], tf.string),
+               "targets": tf.TensorSpec([], tf.string), "candidates": tf.TensorSpec([None], tf.string),
+               "candidate_labels": tf.TensorSpec([None], tf.int32)}
+  source = seqio.FunctionDataSource(
+      lambda split, shuffle_files, seed=None: tf.data.Dataset.from_generator(lambda: iter(ITEMS), output_signature=signature),
+      splits=["train"])
+  seqio.TaskRegistry.add(
+      TASK, source=source, preprocessors=[_tokenize_rank2, _append_eos],
+      output_features={"inputs": seqio.Feature(vocabulary), "targets": seqio.Feature(vocabulary),
+                       "candidates": seqio.Feature(vocabulary, rank=2),
+                       "candidate_labels": seqio.Feature(seqio.PassThroughVocabulary(0), add_eos=False,
+                                                         dtype=tf.int32)})
+  yield
+  seqio.TaskRegistry.remove(TASK)
+
+
+def _take(iterator, count):
+  return [next(iterator) for _ in range(count)]
+
+
+def test_cross_entropy_batches_hold_the_tokenized_examples():
+  batch = next(data.train_batches(TASK, LENGTHS, 4, seed=1))
+  expected = {tuple(_byte_ids(item["inputs"], 12)): _byte_ids(item["targets"], 6) for item in ITEMS}
+  assert batch["input_ids"].shape == (4, 12) and batch["target_ids"].shape == (4, 6)
+  for inputs, targets in zip(batch["input_ids"], batch["target_ids"]):
+    assert expected[tuple(inputs)] == list(targets)
+
+
+def test_training_order_is_fixed_by_the_seed_and_resumes_at_a_step():
+  first = _take(data.train_batches(TASK, LENGTHS, 4, seed=7), 6)  # 24 rows: more than one epoch
+  again = _take(data.train_batches(TASK, LENGTHS, 4, seed=7), 6)
+  resumed = _take(data.train_batches(TASK, LENGTHS, 4, seed=7, start_step=4), 2)
+  other_seed = _take(data.train_batches(TASK, LENGTHS, 4, seed=8), 6)
+  for a, b in zip(first, again):
+    np.testing.assert_array_equal(a["input_ids"], b["input_ids"])
+  for a, b in zip(first[4:], resumed):
+    np.testing.assert_array_equal(a["input_ids"], b["input_ids"])
+    np.testing.assert_array_equal(a["target_ids"], b["target_ids"])
+  assert any(not np.array_equal(a["input_ids"], b["input_ids"]) for a, b in zip(first, other_seed))
+
+
+def test_reward_training_batches_are_candidate_tensors_and_resume():
+  first = _take(data.train_batches(TASK, LENGTHS, 4, objective="pairwise", seed=3), 3)
+  resumed = next(data.train_batches(TASK, LENGTHS, 4, objective="pairwise", seed=3, start_step=2))
+  for name in ("input_ids", "candidate_ids", "candidate_labels", "candidate_mask"):
+    np.testing.assert_array_equal(first[2][name], resumed[name])
+  batch = first[0]
+  assert batch["candidate_ids"].shape[::2] == (4, 6) and batch["input_ids"].shape == (4, 12)
+  np.testing.assert_array_equal(batch["candidate_mask"].sum(1), (batch["candidate_ids"][..., 0] > 0).sum(1))
+  np.testing.assert_array_equal(batch["candidate_labels"][:, 0], 1)
+
+
+def test_candidate_batches_cover_every_item_once_and_pad_the_last_batch():
+  batches = list(data.candidate_batches(TASK, "train", LENGTHS, 4))
+  assert [len(metadata) for metadata, _ in batches] == [4, 4, 2]
+  metadata = [m for ms, _ in batches for m in ms]
+  assert [m["id"] for m in metadata] == [item["id"] for item in ITEMS]
+  assert metadata[3]["candidates_pretokenized"] == ["a3", "b3", "c3"]
+  last = batches[-1][1]
+  np.testing.assert_array_equal(last["example_mask"], [True, True, False, False])
+  assert not last["input_ids"][2:].any() and not last["candidate_mask"][2:].any()
+  for (ms, batch) in batches:
+    for row, m in enumerate(ms):
+      item = ITEMS[int(m["id"][4:])]
+      assert list(batch["input_ids"][row]) == _byte_ids(item["inputs"], 12)
+      for k, text in enumerate(item["candidates"]):
+        assert list(batch["candidate_ids"][row, k]) == _byte_ids(text, 6)
+      assert batch["candidate_mask"][row].sum() == len(item["candidates"])
+      assert list(batch["candidate_labels"][row, :len(item["candidates"])]) == item["candidate_labels"]
+
+
+def test_candidate_arrays_name_the_inconsistent_example():
+  examples = [{"id": b"x1", "inputs": np.array([5, 1]), "candidates": [[4, 1], [6, 1]],
+               "candidate_labels": np.array([1])}]
+  with pytest.raises(ValueError, match=r"example 0 \(id 'x1'\): 2 candidates, 1 candidate_labels"):
+    data.candidate_arrays(examples, 4, 4)
