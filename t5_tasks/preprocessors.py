@@ -227,3 +227,68 @@ def append_eos_after_trim(dataset, output_features, sequence_length=None):
   if "candidates" in output_features and lengths.get("targets") is not None:
     lengths["candidates"] = lengths["targets"]
   return seqio.preprocessors.append_eos_after_trim(dataset, output_features, lengths or None)
+
+
+# Prepared TFDS datasets (t5_tasks.sources.tfds_builders) -> the examples the file sources yield.
+
+def _pair(first, second, dtype=tf.int32):
+  return tf.constant([first, second], dtype)
+
+
+def from_tfds_timedial(dataset):
+  def step(ex):
+    return {"id": ex["id"], "conversation": ex["conversation"],
+            "mask_turn": tf.cast(ex["mask_turn"], tf.int32),
+            "candidates": tf.concat([ex["correct"], ex["incorrect"]], 0),
+            "candidate_labels": tf.constant([1, 1, 0, 0], tf.int32),
+            "candidate_rules": tf.concat([tf.constant(["", ""]), ex["incorrect_rules"]], 0)}
+  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def from_tfds_asq(dataset):
+  """The TFDS dataset keeps the narrowest pair type only, so `pair_groups` stays empty."""
+  def step(ex):
+    label = tf.cast(ex["label"], tf.int32)
+    return {"id": ex["id"], "inputs": ex["narrative"], "candidates": ex["questions"],
+            "candidate_labels": tf.one_hot(label, 2, dtype=tf.int32),
+            "pair_type": ex["pair_type"], "pair_groups": tf.constant("")}
+  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def from_tfds_summaries(dataset):
+  """The prepared dataset has no comparison index: ids are the post's id and a summary hash."""
+  def step(ex):
+    choice = tf.cast(ex["choice"], tf.int32)
+    order = tf.stack([choice, 1 - choice])
+    pair_hash = tf.strings.to_hash_bucket_fast(
+        tf.strings.reduce_join(ex["summaries"], separator="\n"), 2**31 - 1)
+    return {"id": tf.strings.join([ex["id"], tf.strings.as_string(pair_hash)], "#"),
+            "subreddit": ex["subreddit"], "title": ex["title"],
+            "post": ex["post"], "candidates": tf.gather(ex["summaries"], order),
+            "candidate_labels": _pair(1, 0), "candidate_scores": _pair(1.0, 0.0, tf.float32)}
+  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def from_tfds_heap(dataset):
+  def step(ex):
+    return {"id": ex["id"], "instruction": ex["instruction"],
+            "context_labels": ex["context_labels"], "context_texts": ex["context_texts"],
+            "candidates": tf.stack([ex["good"], ex["bad"]]), "candidate_labels": _pair(1, 0),
+            "candidate_scores": tf.cast(tf.stack([ex["good_score"], ex["bad_score"]]),
+                                        tf.float32)}
+  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def from_tfds_advice(dataset):
+  """One example per good comment, as the file source makes them."""
+  def per_comment(ex):
+    bodies = ex["good_comments"]["body"]
+    situation = {k: ex[k] for k in ("subreddit", "created_utc", "title", "selftext")}
+    return tf.data.Dataset.from_tensor_slices({
+        "body": bodies,
+        "index": tf.range(tf.shape(bodies)[0]),
+    }).map(lambda c: {**situation,
+                      "id": tf.strings.join([ex["id"], tf.strings.as_string(c["index"])], "/"),
+                      "targets": c["body"], "candidates": tf.reshape(c["body"], [1]),
+                      "candidate_labels": tf.constant([1], tf.int32)})
+  return dataset.flat_map(per_comment)

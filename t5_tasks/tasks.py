@@ -3,7 +3,9 @@
 Every task reads released-format files through `t5_tasks.sources` when its dataset is
 built (never at import). By default these are the quickstart files in `t5_tasks/data/`;
 a gin binding points a dataset at real files, keyed by split ("all" for a file whose
-records carry their own split):
+records carry their own split). Each task also has a `<name>_tfds` variant that reads the
+dataset prepared by `t5_tasks.sources.tfds_builders` (`tfds build --manual_dir`) through
+`seqio.TfdsDataSource`, from the TFDS data dir (seqio.set_tfds_data_dir_override):
 
     t5_tasks.tasks.data_files.files = {
         'asq': {'test': '/data/asq/asq_test.json'},
@@ -20,6 +22,7 @@ Metadata: TimeDial `candidate_rules` [K] string ("" for correct ones), ASQ `pair
 and `pair_groups` ("|"-joined) strings, preference `candidate_scores` [K] float32.
 Mixtures keep only inputs, targets, candidates and candidate_labels.
 """
+import collections
 import functools
 import hashlib
 import pathlib
@@ -37,6 +40,7 @@ from t5_tasks.sources import asq
 from t5_tasks.sources import heap
 from t5_tasks.sources import reddit_advice
 from t5_tasks.sources import summarize_feedback
+from t5_tasks.sources import tfds_builders  # pylint: disable=unused-import  (registers builders)
 from t5_tasks.sources import timedial
 
 QUICKSTART_DIR = pathlib.Path(__file__).resolve().parent / "data"
@@ -167,10 +171,13 @@ def asq_examples() -> dict[str, list[dict]]:
 
 
 def summarize_examples() -> dict[str, list[dict]]:
+  """Preferred summary first; ids are the post's id and the comparison's rank for that post."""
   out = {split: [] for split in DATASET_SPLITS["summarize_feedback"]}
+  seen = collections.Counter()
   for c in _read(summarize_feedback.read_comparisons, _single_file("summarize_feedback")):
+    seen[c.id] += 1
     out[_RELEASED_SPLITS.get(c.split, "train")].append(dict(
-        id=c.id, subreddit=c.subreddit, title=c.title, post=c.post,
+        id=f"{c.id}#{seen[c.id]}", subreddit=c.subreddit, title=c.title, post=c.post,
         candidates=[c.summaries[c.choice], c.summaries[1 - c.choice]],
         candidate_labels=[1, 0], candidate_scores=[1.0, 0.0]))
   return out
@@ -267,47 +274,72 @@ CANDIDATE_FEATURES = {
 _TOKENIZE = (preprocessors.tokenize, preprocessors.append_eos_after_trim)
 
 
-def _add_candidate_task(name, build, signature, splits, files_key, format_steps, metric_fn):
-  seqio.TaskRegistry.add(
-      name,
-      source=ReaderSource(build, signature, splits, files_key),
-      preprocessors=[*format_steps, *_TOKENIZE],
-      output_features=CANDIDATE_FEATURES,
-      postprocess_fn=candidate_targets,
-      metric_fns=[metric_fn])
+# Task family -> (TFDS name, {task split: TFDS split}, the step to the file sources' examples).
+TFDS_SOURCES = {
+    "advice": ("reddit_advice2019:1.0.0", {s: s for s in DATASET_SPLITS["reddit_advice"]},
+               preprocessors.from_tfds_advice),
+    "timedial": ("timedial:1.0.0", {"test": "test"}, preprocessors.from_tfds_timedial),
+    "asq": ("asq:1.0.0", {"train": "train", "validation": "validation", "test": "test"},
+            preprocessors.from_tfds_asq),
+    "summary": ("summarize_from_feedback:1.0.0",
+                {"train": "train", "validation": "valid1", "test": "valid2"},
+                preprocessors.from_tfds_summaries),
+    # The builder keeps every HEAP comparison in "test": these variants evaluate only.
+    "heap": ("heap_comparisons/{criterion}:1.0.0", {"test": "test"}, preprocessors.from_tfds_heap),
+}
+
+
+def _add_candidate_task(name, build, signature, splits, files_key, format_steps, metric_fn,
+                        tfds_family, criterion=""):
+  """Registers `name` over the released files and `name`_tfds over the prepared dataset."""
+  tfds_name, tfds_splits, from_tfds = TFDS_SOURCES[tfds_family]
+  for task_name, source, steps in (
+      (name, ReaderSource(build, signature, splits, files_key), format_steps),
+      (f"{name}_tfds", seqio.TfdsDataSource(tfds_name.format(criterion=criterion),
+                                            splits=tfds_splits),
+       [from_tfds, *format_steps])):
+    seqio.TaskRegistry.add(
+        task_name,
+        source=source,
+        preprocessors=[*steps, *_TOKENIZE],
+        output_features=CANDIDATE_FEATURES,
+        postprocess_fn=candidate_targets,
+        metric_fns=[metric_fn] if metric_fn else [])
 
 
 def register_tasks():
   """Adds every task of the four families to seqio.TaskRegistry."""
-  seqio.TaskRegistry.add(
-      "turingadvice_generation",
-      source=ReaderSource(advice_examples, SIGNATURES["advice"], DATASET_SPLITS["reddit_advice"],
-                          ["reddit_advice"]),
-      preprocessors=[preprocessors.advice_inputs, *_TOKENIZE],
-      output_features=CANDIDATE_FEATURES)
+  _add_candidate_task(
+      "turingadvice_generation", advice_examples, SIGNATURES["advice"],
+      DATASET_SPLITS["reddit_advice"], ["reddit_advice"], [preprocessors.advice_inputs], None,
+      "advice")
   for scope in preprocessors.TIMEDIAL_SCOPES:
     _add_candidate_task(
         f"timedial_cloze_{scope}", timedial_examples, SIGNATURES["dialog"],
         DATASET_SPLITS["timedial"], ["timedial"],
         [functools.partial(preprocessors.timedial_inputs, scope=scope)],
-        metrics.timedial_metric_fn)
-  _add_candidate_task(
-      "timedial_weak_supervision", weak_supervision_examples, SIGNATURES["dialog"],
-      DATASET_SPLITS["dialogs"], ["dialogs"],
-      [functools.partial(preprocessors.timedial_inputs, scope="full")],
-      metrics.timedial_metric_fn)
+        metrics.timedial_metric_fn, "timedial")
+  # Weak supervision reads unlabeled dialogs, which have no TFDS builder: files only.
+  seqio.TaskRegistry.add(
+      "timedial_weak_supervision",
+      source=ReaderSource(weak_supervision_examples, SIGNATURES["dialog"],
+                          DATASET_SPLITS["dialogs"], ["dialogs"]),
+      preprocessors=[functools.partial(preprocessors.timedial_inputs, scope="full"), *_TOKENIZE],
+      output_features=CANDIDATE_FEATURES,
+      postprocess_fn=candidate_targets,
+      metric_fns=[metrics.timedial_metric_fn])
   _add_candidate_task(
       "asq_intent_cloze", asq_examples, SIGNATURES["asq"], DATASET_SPLITS["asq"],
-      ["asq", "asq_annotations"], [preprocessors.cloze_targets], metrics.asq_metric_fn)
+      ["asq", "asq_annotations"], [preprocessors.cloze_targets], metrics.asq_metric_fn, "asq")
   _add_candidate_task(
       "summarize_feedback_preference", summarize_examples, SIGNATURES["summary"],
       DATASET_SPLITS["summarize_feedback"], ["summarize_feedback"],
-      [preprocessors.summary_inputs], metrics.preference_metric_fn)
+      [preprocessors.summary_inputs], metrics.preference_metric_fn, "summary")
   for criterion, spec in heap.HEAP_CRITERIA.items():
     _add_candidate_task(
         f"heap_{criterion}", functools.partial(heap_examples, criterion),
         SIGNATURES["preference"], DATASET_SPLITS["heap"], [f"heap/{spec.source}"],
-        [preprocessors.preference_inputs], metrics.preference_metric_fn)
+        [preprocessors.preference_inputs], metrics.preference_metric_fn, "heap", criterion)
 
 
 PREFERENCE_TASKS = tuple(["summarize_feedback_preference"] +

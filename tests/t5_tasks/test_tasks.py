@@ -203,3 +203,49 @@ def test_sentencepiece_vocabulary_through_gin(tmp_path):
     assert ex["inputs"][-1] == expected.eos_id
   finally:
     gin.clear_config()
+
+
+TFDS_CHECKS = {  # file task -> TFDS builder (and config) prepared from the quickstart files
+    "timedial_cloze_local": ("Timedial", None),
+    "asq_intent_cloze": ("Asq", None),
+    "turingadvice_generation": ("RedditAdvice2019", None),
+    "summarize_feedback_preference": ("SummarizeFromFeedback", None),
+    "heap_answer_validity": ("HeapComparisons", "answer_validity"),
+}
+
+
+@pytest.fixture(scope="module")
+def tfds_dir(tmp_path_factory):
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  from t5_tasks.sources import tfds_builders  # pylint: disable=g-import-not-at-top
+  data_dir = str(tmp_path_factory.mktemp("tfds"))
+  config = tfds.download.DownloadConfig(manual_dir=str(tasks.QUICKSTART_DIR))
+  for builder, builder_config in TFDS_CHECKS.values():
+    kwargs = {"config": builder_config} if builder_config else {}
+    getattr(tfds_builders, builder)(data_dir=data_dir, **kwargs).download_and_prepare(
+        download_config=config)
+  seqio.set_tfds_data_dir_override(data_dir)
+  yield data_dir
+  seqio.set_tfds_data_dir_override(None)
+
+
+def _content(examples):
+  return sorted((ex["inputs_pretokenized"], tuple(ex["candidates_pretokenized"]),
+                 tuple(ex["candidate_labels"])) for ex in examples)
+
+
+@pytest.mark.parametrize("name", sorted(TFDS_CHECKS))
+def test_tfds_variants_yield_the_file_tasks_examples(name, tfds_dir):
+  del tfds_dir
+  tfds_task = seqio.get_mixture_or_task(f"{name}_tfds")
+  file_task = seqio.get_mixture_or_task(name)
+  if name.startswith("heap_"):  # the prepared HEAP dataset holds every comparison in "test"
+    expected = [ex for split in file_task.splits for ex in _examples(name, split)]
+    assert _content(_examples(f"{name}_tfds", "test")) == _content(expected)
+    return
+  for split in file_task.splits:
+    examples = _examples(f"{name}_tfds", split)
+    for ex in examples:
+      _check_candidates(ex)
+    assert _content(examples) == _content(_examples(name, split)), split
+  assert set(file_task.splits) <= set(tfds_task.splits)
