@@ -1,0 +1,93 @@
+"""Partitioning: mesh shapes, rule-table shardings of parameters, optimizer state and batches."""
+import jax
+import numpy as np
+import optax
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from models import reward as reward_lib
+from models.config import T5Config
+from runner import partitioning
+
+TINY = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
+                num_encoder_layers=2, num_decoder_layers=2)
+
+
+@pytest.fixture(scope="module")
+def mesh():
+  return partitioning.create_mesh(1, 1, devices=jax.devices()[:1])
+
+
+@pytest.fixture(scope="module")
+def abstract_params():
+  return jax.eval_shape(lambda: reward_lib.init_reward_params(TINY, jax.random.PRNGKey(0)))
+
+
+def test_create_mesh_fills_minus_one_and_rejects_wrong_sizes():
+  mesh = partitioning.create_mesh(-1, 1, devices=jax.devices()[:1])
+  assert dict(mesh.shape) == {"data": 1, "model": 1}
+  with pytest.raises(ValueError, match=r"data \(2\) x model \(1\) must equal the device count \(1\)"):
+    partitioning.create_mesh(2, 1, devices=jax.devices()[:1])
+  with pytest.raises(ValueError, match="at most one of data and model may be -1"):
+    partitioning.create_mesh(-1, -1)
+
+
+def test_parameters_follow_the_standard_rules(mesh, abstract_params):
+  shardings = partitioning.param_shardings(abstract_params, TINY, mesh)
+  expected = {  # t5x's rules applied by hand to each parameter's logical axes
+      ("token_embedder", "embedding"): P("model", None),                         # vocab, embed
+      ("encoder", "layers_0", "attention", "query", "kernel"): P(None, "model"),  # embed, joined_kv
+      ("encoder", "layers_0", "attention", "out", "kernel"): P("model", None),    # joined_kv, embed
+      ("decoder", "layers_1", "mlp", "wi_1", "kernel"): P(None, "model"),         # embed, mlp
+      ("decoder", "layers_1", "mlp", "wo", "kernel"): P("model", None),           # mlp, embed
+      ("decoder", "logits_dense", "kernel"): P(None, "model"),                    # embed, vocab
+      ("encoder", "relpos_bias", "rel_embedding"): P("model", None),              # heads, relpos_buckets
+      ("decoder", "decoder_norm", "scale"): P(None),                              # embed
+      ("reward_head", "kernel"): P(),                                             # not a Transformer parameter
+  }
+  for path, partition in expected.items():
+    assert spec_in(shardings, path).spec == partition, path
+
+
+def spec_in(tree, path):
+  for key in path:
+    tree = tree[key]
+  return tree
+
+
+def test_optimizer_state_is_split_like_its_parameters(mesh, abstract_params):
+  shardings = partitioning.param_shardings(abstract_params, TINY, mesh)
+  adam = partitioning.opt_state_shardings(optax.adam(1e-3), abstract_params, shardings, mesh)
+  assert adam[0].mu["decoder"]["logits_dense"]["kernel"].spec == P(None, "model")
+  assert adam[0].nu["token_embedder"]["embedding"].spec == P("model", None)
+  assert adam[0].count.spec == P()
+  adafactor = optax.adafactor(1e-3, min_dim_size_to_factor=32)  # tiny's kernels factor from 32 on
+  factored = partitioning.opt_state_shardings(adafactor, abstract_params, shardings, mesh)
+  state = jax.eval_shape(adafactor.init, abstract_params)
+  by_param = {}
+  for (path, sharding), leaf in zip(jax.tree_util.tree_flatten_with_path(factored)[0], jax.tree.leaves(state)):
+    names = tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
+    by_param.setdefault(names, []).append((leaf.shape, sharding.spec))
+  # [64, 384] is factored (dims >= 128): its row and column statistics are small and replicated.
+  factored_stats = [(shape, spec) for shape, spec in by_param[("decoder", "logits_dense", "kernel")]
+                    if shape in ((64,), (384,))]
+  assert sorted(factored_stats) == [((64,), P()), ((384,), P())]
+  # A vector is not factored: its full second moment is split like it.
+  assert ((64,), P(None)) in by_param[("encoder", "encoder_norm", "scale")]
+
+
+def test_global_batch_splits_rows_over_the_data_axis(mesh):
+  local = {"input_ids": np.arange(24, dtype=np.int32).reshape(4, 6)}
+  batch = partitioning.global_batch(local, mesh)
+  assert batch["input_ids"].sharding.spec == P("data")
+  np.testing.assert_array_equal(np.asarray(batch["input_ids"]), local["input_ids"])
+
+
+def test_multi_host_detection_from_the_environment():
+  assert not partitioning.looks_multi_host({})
+  assert not partitioning.looks_multi_host({"TPU_WORKER_HOSTNAMES": "10.0.0.2", "SLURM_NTASKS": "1"})
+  assert partitioning.looks_multi_host({"TPU_WORKER_HOSTNAMES": "10.0.0.2,10.0.0.3"})
+  assert partitioning.looks_multi_host({"SLURM_NTASKS": "4"})
+  assert partitioning.looks_multi_host({"JAX_COORDINATOR_ADDRESS": "10.0.0.2:1234"})
+  partitioning.initialize_distributed(multi_host=False)  # a single process joins nothing
+  assert jax.process_count() == 1
