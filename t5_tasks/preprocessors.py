@@ -217,15 +217,15 @@ def tokenize(dataset, output_features, copy_pretokenized: bool = True):
 
 
 def append_eos_after_trim(dataset, output_features, sequence_length=None):
-  """seqio's append_eos_after_trim; each candidate is trimmed to the `targets` length.
+  """seqio's append_eos_after_trim; each candidate is trimmed to the `candidates` length.
 
-  Candidates are decoded like targets, and seqio's final trim would cut a rank-2 feature
-  along its candidate axis, so `candidates` takes no sequence length of its own.
+  Without a `candidates` length, candidates take the `targets` length (they are decoded like
+  targets). seqio's final trim reads an int length of a rank-2 feature as the number of
+  candidates, so a `candidates` length must not be below the largest number of candidates.
   """
   lengths = dict(sequence_length or {})
-  lengths.pop("candidates", None)
-  if "candidates" in output_features and lengths.get("targets") is not None:
-    lengths["candidates"] = lengths["targets"]
+  if "candidates" in output_features and lengths.get("candidates") is None:
+    lengths["candidates"] = lengths.get("targets")
   return seqio.preprocessors.append_eos_after_trim(dataset, output_features, lengths or None)
 
 

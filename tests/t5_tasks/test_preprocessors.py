@@ -89,22 +89,25 @@ def test_preference_inputs_instruction_then_labelled_context():
   assert text == "Which is better?\nStory: A story.\nQuestion: Why?"
 
 
-def _tokenized(candidates, targets_length):
+def _tokenized(candidates, lengths):
   features = {"inputs": seqio.Feature(BYTES), "targets": seqio.Feature(BYTES),
               "candidates": seqio.Feature(BYTES, rank=2)}
   ds = tf.data.Dataset.from_tensors({"inputs": "ctx", "targets": candidates[0],
                                      "candidates": tf.constant(candidates)})
   ds = preprocessors.tokenize(ds, features)
-  ds = preprocessors.append_eos_after_trim(ds, features, {"targets": targets_length,
-                                                          "candidates": 1})
-  return next(ds.as_numpy_iterator())
-
-
-def test_candidates_of_different_lengths_get_eos_each_and_targets_length():
-  ex = _tokenized(["abcdef", "de"], targets_length=4)
+  ds = preprocessors.append_eos_after_trim(ds, features, lengths)
+  ex = next(ds.as_numpy_iterator())
   rows = ex["candidates"].to_list() if hasattr(ex["candidates"], "to_list") else ex["candidates"]
-  assert [list(r) for r in rows] == [BYTES.encode("abc") + [1], BYTES.encode("de") + [1]]
+  return ex, [list(r) for r in rows]
+
+
+def test_candidates_of_different_lengths_get_eos_each():
+  ex, rows = _tokenized(["abcdef", "de"], {"targets": 4})
+  assert rows == [BYTES.encode("abc") + [1], BYTES.encode("de") + [1]]
   assert list(ex["candidates_pretokenized"]) == [b"abcdef", b"de"]
+  assert list(ex["targets"]) == BYTES.encode("abc") + [1]
+  _, rows = _tokenized(["abcdef", "de"], {"targets": 4, "candidates": 6})
+  assert rows == [BYTES.encode("abcde") + [1], BYTES.encode("de") + [1]]
 
 
 def test_candidates_to_numpy_pads_items_and_candidates():
