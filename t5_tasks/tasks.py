@@ -15,8 +15,9 @@ dataset prepared by `t5_tasks.sources.tfds_builders` (`tfds build --manual_dir`)
 Every task (so that any of them mix) yields, after `get_dataset`:
   inputs [L] int32, targets [T] int32 (EOS last; for cloze and preference items the tokens
   of the first correct candidate), candidates [K, T_k] int32 (ragged, EOS after each,
-  trimmed to the `candidates` length, else the `targets` length), candidate_labels [K] int32 (1 = correct / preferred;
-  preference items are [good, bad] -> [1, 0]; an advice example is one candidate, [1]),
+  trimmed to the `candidates` length, else the `targets` length), candidate_labels [K]
+  int32 (1 = correct / preferred; preference items are [good, bad] -> [1, 0]; an advice
+  example is one candidate, [1]),
   id string, and `<key>_pretokenized` strings for inputs, targets and candidates.
 Metadata: TimeDial `candidate_rules` [K] string ("" for correct ones), ASQ `pair_type`
 and `pair_groups` ("|"-joined) strings, preference `candidate_scores` [K] float32.
@@ -210,7 +211,8 @@ SIGNATURES = {
     "summary": {**CLOZE_SIGNATURE, "subreddit": _STRING, "title": _STRING, "post": _STRING,
                 "candidate_scores": tf.TensorSpec([None], tf.float32)},
     "preference": {**CLOZE_SIGNATURE, "instruction": _STRING, "context_labels": _STRINGS,
-                   "context_texts": _STRINGS, "candidate_scores": tf.TensorSpec([None], tf.float32)},
+                   "context_texts": _STRINGS,
+                   "candidate_scores": tf.TensorSpec([None], tf.float32)},
 }
 
 

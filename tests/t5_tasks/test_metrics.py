@@ -101,7 +101,8 @@ def test_asq_metric_fn_by_overlapping_pair_groups():
 
 
 def test_preference_metric_fn_spearman_on_margins():
-  targets = [{"candidate_labels": [1, 0], "candidate_scores": [g, 0.0]} for g in (1.0, 2.0, 3.0, 4.0)]
+  targets = [{"candidate_labels": [1, 0], "candidate_scores": [g, 0.0]}
+             for g in (1.0, 2.0, 3.0, 4.0)]
   scores = [[0.1, 0.0], [0.5, 0.1], [0.2, 0.3], [2.0, 0.0]]
   out = metrics.preference_metric_fn(targets, scores)
   assert out["pairwise_accuracy"] == pytest.approx(3 / 4)
