@@ -14,7 +14,6 @@ import json
 import os
 import time
 
-import gin
 import jax
 import numpy as np
 from absl import logging
@@ -32,6 +31,7 @@ from runner import report
 CONFIG_FILE = "t5_config.json"  # the T5Config beside a converted or trained checkpoint
 SETTINGS_FILE = "evaluation.json"  # what an output directory holds, checked before resuming
 SCORERS = ("likelihood", "reward")
+_RUN_FIELDS = ("dtype", "dropout_rate")  # T5Config fields a run may choose; the rest is the checkpoint's
 
 
 def write_model_config(directory: str, config: T5Config) -> str:
@@ -60,23 +60,41 @@ def is_hf_checkpoint(path: str) -> bool:
       glob.glob(os.path.join(path, "*.safetensors")))
 
 
-def load_checkpoint(checkpoint_path: str, model_config: T5Config | None = None, mesh=None):
-  """(T5Config, params) from a Hugging Face directory or an orbax checkpoint.
-
-  A Hugging Face directory (config.json + *.safetensors) brings its own config. For orbax
-  checkpoints `model_config` (gin MODEL_CONFIG) wins; without it, `t5_config.json` beside the
-  checkpoint is read. Params land on one device, or sharded over `mesh` when given.
-  """
-  if is_hf_checkpoint(checkpoint_path):
-    config, params = checkpoint_import.load_hf_t5(checkpoint_path)
-    if mesh is None:
-      return config, jax.device_put(params, jax.local_devices()[0])
-    return config, jax.device_put(params, partitioning.param_shardings(params, config, mesh))
-  config = model_config or read_model_config(checkpoint_path)
-  if config is None:
+def _agreed_config(checkpoint_path: str, saved: T5Config | None, model_config: T5Config | None) -> T5Config:
+  """The run's config, after checking that it describes the checkpoint's architecture."""
+  if saved is None and model_config is None:
     raise ValueError(f"{checkpoint_path}: no {CONFIG_FILE} beside the checkpoint; include a model "
                      "gin file (gin/models/t5_1_1/*.gin) so that MODEL_CONFIG describes it")
-  return config, checkpoints.restore_params(checkpoint_path, config, mesh)
+  if saved is None or model_config is None:
+    return saved or model_config
+  mismatched = [f"{f.name}: checkpoint {getattr(saved, f.name)!r}, MODEL_CONFIG {getattr(model_config, f.name)!r}"
+                for f in dataclasses.fields(T5Config)
+                if f.name not in _RUN_FIELDS and getattr(saved, f.name) != getattr(model_config, f.name)]
+  if mismatched:
+    raise ValueError(f"CHECKPOINT_PATH {checkpoint_path} does not match MODEL_CONFIG: " + "; ".join(mismatched))
+  return model_config
+
+
+def load_checkpoint(checkpoint_path: str, model_config: T5Config | None = None, mesh=None,
+                    rules=partitioning.STANDARD_LOGICAL_AXIS_RULES):
+  """(T5Config, params) from a Hugging Face directory or an orbax checkpoint.
+
+  The architecture comes from the checkpoint (a Hugging Face config.json, or `t5_config.json`
+  beside an orbax checkpoint) or from `model_config` (gin MODEL_CONFIG); when both exist they
+  must agree, and MODEL_CONFIG's run choices (activation dtype) apply. Params land on one device,
+  or sharded over `mesh`.
+  """
+  params = None
+  if is_hf_checkpoint(checkpoint_path):
+    saved, params = checkpoint_import.load_hf_t5(checkpoint_path)
+  else:
+    saved = read_model_config(checkpoint_path)
+  config = _agreed_config(checkpoint_path, saved, model_config)
+  if params is None:
+    return config, checkpoints.restore_params(checkpoint_path, config, mesh, rules)
+  if mesh is None:
+    return config, jax.device_put(params, jax.local_devices()[0])
+  return config, jax.device_put(params, partitioning.param_shardings(params, config, mesh, rules))
 
 
 def make_score_fn(config: T5Config, scorer: str, length_normalize: bool):
@@ -125,7 +143,8 @@ def item_record(task: str, item_id: str, metadata: dict, scores, labels, mask) -
 
 
 def score_task(task_name: str, split: str, feature_lengths, batch_size: int, score_fn, params,
-               appender: outputs.PredictionsAppender, total: int | None = None, mesh=None) -> int:
+               appender: outputs.PredictionsAppender, total: int | None = None, mesh=None,
+               rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached=False) -> int:
   """Scores the items of one task not yet in `appender`; returns how many it wrote.
 
   Items must be told apart for resuming: a repeated id (several comparisons of one post) gets
@@ -134,7 +153,8 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
   progress = Progress(task_name, total)
   occurrences: dict[str, int] = {}
   written = 0
-  for metadata, batch in data.candidate_batches(task_name, split, feature_lengths, batch_size):
+  for metadata, batch in data.candidate_batches(task_name, split, feature_lengths, batch_size,
+                                                  use_cached=use_cached):
     ids = []
     for item in metadata:
       item_id = str(item["id"])
@@ -147,7 +167,7 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
       continue
     arrays = {k: batch[k] for k in ("input_ids", "candidate_ids")}  # padded to batch_size rows
     if mesh is not None:
-      arrays = jax.device_put(arrays, partitioning.batch_sharding(mesh))
+      arrays = jax.device_put(arrays, partitioning.batch_sharding(mesh, rules))
     scores = score_fn(params, arrays["input_ids"], arrays["candidate_ids"])
     for i, item in enumerate(metadata):
       if todo[i]:
@@ -207,39 +227,42 @@ def candidate_tasks(mixture_or_task_name: str, split: str):
 
 
 def _check_settings(output_dir: str, settings: dict) -> None:
-  """Refuses to resume into a directory that holds an evaluation of other settings."""
+  """Refuses to resume predictions made with other settings; records the settings otherwise."""
   path = os.path.join(output_dir, SETTINGS_FILE)
-  if os.path.exists(path):
+  if os.path.exists(path) and outputs.read_written_ids(os.path.join(output_dir, outputs.PREDICTIONS_FILE)):
     with open(path, encoding="utf-8") as f:
       previous = json.load(f)
     if previous != settings:
       changed = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
-      raise ValueError(f"{path}: {output_dir} holds an evaluation with other settings ({changed}); "
+      raise ValueError(f"{path}: {output_dir} holds predictions made with other settings ({changed}); "
                        "use a new EVAL_OUTPUT_DIR")
-  else:
-    outputs.atomic_write_text(path, json.dumps(settings, indent=2, sort_keys=True) + "\n")
+  outputs.atomic_write_text(path, json.dumps(settings, indent=2, sort_keys=True) + "\n")
 
 
-@gin.configurable
-def evaluate(*, mixture_or_task_name: str = gin.REQUIRED, task_feature_lengths=gin.REQUIRED,
-             checkpoint_path: str = gin.REQUIRED, output_dir: str = gin.REQUIRED, batch_size: int = 32,
-             split: str = "test", length_normalize: bool = True, scorer: str = "likelihood",
-             model_config: T5Config | None = None, mesh=None) -> dict:
+def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path: str, output_dir: str,
+             batch_size: int = 32, split: str = "test", length_normalize: bool = True,
+             scorer: str = "likelihood", model_config: T5Config | None = None, mesh_shape=(-1, 1),
+             logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached_tasks=False) -> dict:
   """Scores a task or mixture with a checkpoint; writes predictions, metrics.json and report.html.
 
-  Returns the metrics (`{task: {metric: {"value", "low", "high"}}}`). Runs on one host; `mesh`
-  (gin: `@partitioning.create_mesh()`) shards the model and batches over its devices.
+  Returns the metrics (`{task: {metric: {"value", "low", "high"}}}`). Runs on one host, the
+  model and batches sharded over its devices by `mesh_shape` (data, model) and the rules.
+  scripts/evaluate.py calls it through gin (gin/runs/eval.gin).
   """
   if scorer not in SCORERS:
     raise ValueError(f"SCORER must be one of {SCORERS}, got {scorer!r}")
   if jax.process_count() > 1:
     raise ValueError("offline evaluation runs on one host; start it on a single process")
+  mesh = partitioning.create_mesh(*mesh_shape, devices=jax.local_devices())
+  rules = tuple(tuple(rule) for rule in logical_axis_rules)
+  if batch_size % mesh.shape["data"]:
+    raise ValueError(f"BATCH_SIZE {batch_size} is not divisible by the mesh's data axis ({mesh.shape['data']})")
   settings = {"mixture_or_task_name": mixture_or_task_name, "split": split, "scorer": scorer,
               "length_normalize": bool(length_normalize), "checkpoint_path": os.path.abspath(checkpoint_path),
               "task_feature_lengths": dict(task_feature_lengths)}
   os.makedirs(output_dir, exist_ok=True)
   _check_settings(output_dir, settings)
-  config, params = load_checkpoint(checkpoint_path, model_config, mesh)
+  config, params = load_checkpoint(checkpoint_path, model_config, mesh, rules)
   score_fn = make_score_fn(config, scorer, length_normalize)
   tasks = candidate_tasks(mixture_or_task_name, split)
   with outputs.PredictionsAppender(output_dir) as appender:
@@ -247,7 +270,8 @@ def evaluate(*, mixture_or_task_name: str = gin.REQUIRED, task_feature_lengths=g
       logging.info("resuming: %d items already in %s", len(appender.done), appender.path)
     for task in tasks:
       score_task(task.name, split, task_feature_lengths, batch_size, score_fn, params, appender,
-                 total=task.num_input_examples(split), mesh=mesh)
+                 total=task.num_input_examples(split), mesh=mesh, rules=rules,
+                 use_cached=use_cached_tasks)
     path = appender.path
   by_task = {}
   for record in outputs.read_predictions(path):

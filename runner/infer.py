@@ -10,7 +10,6 @@ import json
 import time
 from typing import Callable, Sequence
 
-import gin
 import jax
 import numpy as np
 from absl import logging
@@ -125,6 +124,8 @@ def task_inputs(task_name: str, split: str, feature_lengths) -> tuple[list[dict]
   import seqio  # pylint: disable=g-import-not-at-top  # runner must import without TensorFlow
 
   task = seqio.get_mixture_or_task(task_name)
+  if not isinstance(task, seqio.Task):
+    raise ValueError(f"infer: {task_name!r} is a mixture; name one generation task")
   dataset = task.get_dataset(dict(feature_lengths), split=split, shuffle=False, use_cached=False)
   rows, ids, index = [], [], {}
   for example in dataset.as_numpy_iterator():
@@ -143,31 +144,31 @@ def task_inputs(task_name: str, split: str, feature_lengths) -> tuple[list[dict]
   return rows, input_ids, task.output_features["targets"].vocabulary
 
 
-@gin.configurable
-def infer(*, checkpoint_path: str = gin.REQUIRED, output_file: str = gin.REQUIRED,
-          task_feature_lengths=gin.REQUIRED, mixture_or_task_name: str | None = None,
+def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths, mixture_or_task_name: str | None = None,
           input_file: str | None = None, split: str = "test", batch_size: int = 8,
           num_samples: int = 1, top_p: float = 0.95, temperature: float = 1.0, seed: int = 0,
           model_config: T5Config | None = None, format_inputs: Callable[[dict], str] | None = None,
           vocabulary=None) -> str:
   """Samples advice for a generation task's inputs or a file of situations; writes JSON lines.
 
-  One line per input: `id`, `inputs` (the model's input text), `predictions` (num_samples
-  texts) and, for a task, `references`. `task_feature_lengths` gives the input length and
-  (`targets`) the longest sample. A situations file needs `format_inputs` and `vocabulary`.
-  Returns the output path.
+  With `input_file` the situations of that file are used (and need `format_inputs` and
+  `vocabulary`), else the inputs of task `mixture_or_task_name`. One line per input: `id`,
+  `inputs` (the model's input text), `predictions` (num_samples texts) and, for a task,
+  `references`. `task_feature_lengths` gives the input length and (`targets`) the longest
+  sample. Runs on one device. Returns the output path; scripts/generate.py calls it through gin
+  (gin/runs/infer.gin).
   """
-  if (mixture_or_task_name is None) == (input_file is None):
-    raise ValueError("infer: give exactly one of MIXTURE_OR_TASK_NAME or an input_file of situations")
-  if mixture_or_task_name is not None:
-    rows, input_ids, vocabulary = task_inputs(mixture_or_task_name, split, task_feature_lengths)
-  else:
+  if input_file is not None:
     if format_inputs is None or vocabulary is None:
       raise ValueError("infer: a situations file needs format_inputs and vocabulary "
                        "(scripts/generate.py passes the advice task's)")
     situations = read_situations(input_file)
     rows = [{"id": str(s.get("id", i)), "inputs": format_inputs(s)} for i, s in enumerate(situations)]
     input_ids = encode_inputs(vocabulary, [r["inputs"] for r in rows], task_feature_lengths["inputs"])
+  elif mixture_or_task_name is not None:
+    rows, input_ids, vocabulary = task_inputs(mixture_or_task_name, split, task_feature_lengths)
+  else:
+    raise ValueError("infer: give a generation task (MIXTURE_OR_TASK_NAME) or an input_file of situations")
   config, params = evaluate.load_checkpoint(checkpoint_path, model_config)
   texts = generate(config, params, vocabulary, input_ids, jax.random.PRNGKey(seed),
                    max_length=task_feature_lengths["targets"], batch_size=batch_size,

@@ -1,6 +1,7 @@
 """Offline evaluation on the quickstart tasks with a random tiny model: outputs, scores, resuming."""
 import json
 
+import gin
 import jax
 import numpy as np
 import pytest
@@ -14,8 +15,10 @@ from models.network import init_params
 from runner import checkpoints
 from runner import evaluate
 from runner import outputs
+from scripts import train as train_script
 from t5_tasks import batching
 from t5_tasks import metrics as t5_metrics
+from tests.conftest import PROJECT_ROOT
 
 CONFIG = T5Config(vocab_size=384, emb_dim=32, num_heads=2, head_dim=8, mlp_dim=64,
                   num_encoder_layers=1, num_decoder_layers=1)
@@ -108,7 +111,7 @@ def test_scores_equal_score_candidates_computed_directly(uninterrupted, checkpoi
     records = by_task[task.name]
     for i, (record, example) in enumerate(zip(records, examples)):
       count = int(arrays["candidate_mask"][i].sum())
-      assert record["id"].split("#")[0] == example["id"].decode()
+      assert record["id"] == example["id"].decode()
       assert record["gold"] == arrays["candidate_labels"][i, :count].tolist()
       np.testing.assert_allclose(record["scores"], expected[i, :count], rtol=1e-5, atol=1e-6)
       assert record["prediction"] == int(np.argmax(record["scores"]))
@@ -199,3 +202,40 @@ def test_model_config_round_trips_and_rejects_unknown_fields(tmp_path):
   (tmp_path / evaluate.CONFIG_FILE).write_text(json.dumps({**fields, "colour": "red"}))
   with pytest.raises(ValueError, match=r"t5_config.json: unknown T5Config field\(s\) \['colour'\]"):
     evaluate.read_model_config(str(tmp_path))
+
+
+@pytest.fixture
+def gin_config():
+  gin.clear_config()
+  yield
+  gin.clear_config()
+
+
+def test_eval_gin_runs_evaluate_with_the_model_file(gin_config, tmp_path):
+  tiny = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
+                  num_encoder_layers=2, num_decoder_layers=2)
+  checkpoints.save_params(str(tmp_path / "ckpt" / "params"), init_params(tiny, jax.random.PRNGKey(2)))
+  train_script.parse_gin(
+      ["gin/models/t5_1_1/tiny.gin", "gin/runs/eval.gin", "gin/mixtures/quickstart.gin"],
+      [f"CHECKPOINT_PATH = '{tmp_path / 'ckpt'}'", f"EVAL_OUTPUT_DIR = '{tmp_path / 'out'}'",
+       "MIXTURE_OR_TASK_NAME = 'heap_advice_helpfulness'", f"TASK_FEATURE_LENGTHS = {LENGTHS}",
+       "BATCH_SIZE = 4"], [str(PROJECT_ROOT)])
+  metrics = gin.get_configurable(evaluate.evaluate)()
+  assert list(metrics) == ["heap_advice_helpfulness"]
+  assert outputs.read_metrics(str(tmp_path / "out")) == metrics
+  settings = json.loads((tmp_path / "out" / evaluate.SETTINGS_FILE).read_text())
+  assert settings["scorer"] == "likelihood" and settings["length_normalize"] is True
+
+
+def test_repeated_ids_are_numbered_so_resuming_can_tell_items_apart(tmp_path, monkeypatch):
+  def two_batches(*args, **kwargs):
+    del args, kwargs
+    for labels in ([1, 0], [0, 1]):
+      batch = {"input_ids": np.full((1, 4), 5, np.int32), "candidate_ids": np.full((1, 2, 3), 6, np.int32),
+               "candidate_labels": np.asarray([labels], np.int32), "candidate_mask": np.ones((1, 2), bool)}
+      yield [{"id": "post"}], batch
+  monkeypatch.setattr(evaluate.data, "candidate_batches", two_batches)
+  with outputs.PredictionsAppender(str(tmp_path)) as appender:
+    evaluate.score_task("t", SPLIT, LENGTHS, 1, lambda p, x, c: np.asarray([[0.5, 0.25]]), None, appender)
+  records = outputs.read_predictions(str(tmp_path / outputs.PREDICTIONS_FILE))
+  assert [(r["id"], r["gold"], r["prediction"]) for r in records] == [("post", [1, 0], 0), ("post#1", [0, 1], 0)]

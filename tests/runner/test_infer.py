@@ -1,6 +1,7 @@
 """Inference with a random tiny model: one JSON line per input, decoded samples, the serving callable."""
 import json
 
+import gin
 import jax
 import numpy as np
 import pytest
@@ -13,8 +14,11 @@ from models.network import init_params
 from runner import checkpoints
 from runner import evaluate
 from runner import infer
+from scripts import generate as generate_script
+from scripts import train as train_script
 from t5_tasks import tasks
 from t5_tasks.sources import reddit_advice
+from tests.conftest import PROJECT_ROOT
 
 CONFIG = T5Config(vocab_size=384, emb_dim=32, num_heads=2, head_dim=8, mlp_dim=64,
                   num_encoder_layers=1, num_decoder_layers=1)
@@ -114,6 +118,46 @@ def test_bad_situations_file_names_line_and_field(tmp_path):
     infer.read_situations(str(source))
 
 
-def test_needs_exactly_one_source(model, tmp_path):
-  with pytest.raises(ValueError, match="exactly one of MIXTURE_OR_TASK_NAME or an input_file"):
+def test_needs_a_task_or_a_file_with_its_formatting(model, tmp_path):
+  with pytest.raises(ValueError, match=r"give a generation task \(MIXTURE_OR_TASK_NAME\) or an input_file"):
     infer.infer(checkpoint_path=model[0], output_file=str(tmp_path / "x"), task_feature_lengths=LENGTHS)
+  with pytest.raises(ValueError, match="a situations file needs format_inputs and vocabulary"):
+    infer.infer(checkpoint_path=model[0], output_file=str(tmp_path / "x"), task_feature_lengths=LENGTHS,
+                input_file=str(tmp_path / "s.jsonl"))
+  with pytest.raises(ValueError, match="'quickstart' is a mixture; name one generation task"):
+    infer.infer(checkpoint_path=model[0], output_file=str(tmp_path / "x"), task_feature_lengths=LENGTHS,
+                mixture_or_task_name="quickstart")
+
+
+def test_served_situations_are_formatted_like_the_advice_task():
+  situations, _ = reddit_advice.read_reddit_advice(tasks.data_files("reddit_advice")["all"])
+  by_id = {s.id: s for s in situations}
+  format_inputs = generate_script.situation_formatter(VOCAB, LENGTHS["inputs"])
+  dataset = seqio.get_mixture_or_task("turingadvice_generation").get_dataset(
+      LENGTHS, split="test", shuffle=False)
+  for example in dataset.as_numpy_iterator():
+    s = by_id[example["id"].decode().split("/")[0]]
+    situation = {"title": s.title, "selftext": s.selftext, "subreddit": s.subreddit,
+                 "created_utc": s.created_utc}
+    assert format_inputs(situation) == example["inputs_pretokenized"].decode()
+    np.testing.assert_array_equal(infer.encode_inputs(VOCAB, [format_inputs(situation)], LENGTHS["inputs"])[0],
+                                  np.pad(example["inputs"], (0, LENGTHS["inputs"] - len(example["inputs"]))))
+
+
+def test_infer_gin_generates_for_a_situations_file(model, tmp_path):
+  source = tmp_path / "situations.jsonl"
+  source.write_text("".join(json.dumps(s) + "\n" for s in _situations()[:3]))
+  gin.clear_config()
+  try:
+    train_script.parse_gin(
+        ["gin/runs/infer.gin"],
+        ["MODEL_CONFIG = None", f"CHECKPOINT_PATH = '{model[0]}'",
+         f"INFER_OUTPUT_FILE = '{tmp_path / 'advice.jsonl'}'", f"INPUT_FILE = '{source}'",
+         f"TASK_FEATURE_LENGTHS = {LENGTHS}", f"BATCH_SIZE = {BATCH}"], [str(PROJECT_ROOT)])
+    path = gin.get_configurable(infer.infer)(
+        format_inputs=generate_script.situation_formatter(VOCAB, LENGTHS["inputs"]), vocabulary=VOCAB)
+  finally:
+    gin.clear_config()
+  lines = _lines(path)
+  assert [line["id"] for line in lines] == ["s0", "s1", "s2"]
+  assert all(line["inputs"].startswith("Subreddit: r/Advice\nDate: ") for line in lines)

@@ -1,0 +1,39 @@
+r"""Evaluates a checkpoint offline with gin, on the command line t5x uses.
+
+  python -m scripts.evaluate --gin_file=gin/models/t5_1_1/tiny.gin --gin_file=gin/runs/eval.gin \
+      --gin_file=gin/mixtures/quickstart.gin --gin.CHECKPOINT_PATH="'/tmp/run'" \
+      --gin.EVAL_OUTPUT_DIR="'/tmp/run/eval'"
+
+Writes EVAL_OUTPUT_DIR/predictions.jsonl, metrics.json and report.html, and prints the metrics.
+Rerunning the same command resumes an interrupted evaluation. Importing t5_tasks registers
+every task and mixture.
+"""
+from typing import Sequence
+
+import gin
+from absl import app
+from absl import flags
+
+from runner import evaluate as evaluate_lib
+from scripts import train as train_script  # the shared gin command line
+
+
+def format_metrics(metrics) -> str:
+  """One line per task and metric: value and 95% interval."""
+  return "\n".join(f"{task:40s} {name:28s} {e['value']:.4f}  [{e['low']:.4f}, {e['high']:.4f}]"
+                   for task, by_name in metrics.items() for name, e in by_name.items())
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  import t5_tasks  # pylint: disable=g-import-not-at-top,unused-import  # registers the tasks
+  train_script.parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
+  metrics = gin.get_configurable(evaluate_lib.evaluate)()
+  print(format_metrics(metrics))
+  print(f"report: {gin.query_parameter('%EVAL_OUTPUT_DIR')}/report.html", flush=True)
+
+
+if __name__ == "__main__":
+  train_script.define_flags()
+  app.run(main, flags_parser=lambda argv: flags.FLAGS(train_script.rewrite_gin_args(argv)))

@@ -1,0 +1,65 @@
+r"""Generates advice with nucleus sampling (top-p 0.95), with gin, on the command line t5x uses.
+
+  python -m scripts.generate --gin_file=gin/models/t5_1_1/tiny.gin --gin_file=gin/runs/infer.gin \
+      --gin.CHECKPOINT_PATH="'/tmp/run'" --gin.INFER_OUTPUT_FILE="'/tmp/run/advice.jsonl'"
+
+generates for the inputs of the advice task (MIXTURE_OR_TASK_NAME, SPLIT); with
+--gin.INPUT_FILE="'situations.jsonl'" for a JSON lines file of situations instead (`title`,
+`selftext`, `subreddit`, optional `id` and `created_utc`), formatted as the advice task formats
+its inputs. `advice_generator` is the same model behind the leaderboard server (scripts/serve.py).
+"""
+import time
+from typing import Callable, Sequence
+
+import gin
+from absl import app
+from absl import flags
+
+from runner import infer as infer_lib
+from scripts import train as train_script  # the shared gin command line
+
+
+def situation_formatter(vocabulary, input_length: int) -> Callable[[dict], str]:
+  """The advice task's input text for a situation (t5_tasks.preprocessors.advice_inputs_text).
+
+  The situation is trimmed by whole middle paragraphs to fit `input_length` tokens with EOS, as
+  the task does. A situation without `created_utc` (the leaderboard API sends none) is dated now.
+  """
+  from t5_tasks import preprocessors  # pylint: disable=g-import-not-at-top  # TensorFlow, only when used
+
+  count_tokens = preprocessors.token_counter(vocabulary)
+
+  def format_inputs(situation: dict) -> str:
+    created_utc = int(situation.get("created_utc", time.time()))
+    return preprocessors.advice_inputs_text(situation["subreddit"], created_utc, situation["title"],
+                                            situation["selftext"], count_tokens, input_length - 1)
+  return format_inputs
+
+
+def advice_generator(checkpoint_path: str, *, input_length: int = 512, max_length: int = 256,
+                     **kwargs) -> Callable[[list[dict]], list[str]]:
+  """runner.infer.load_generator with the advice task's formatting and vocabulary (gin-bound)."""
+  from t5_tasks import vocab  # pylint: disable=g-import-not-at-top
+
+  vocabulary = vocab.get_vocabulary()
+  return infer_lib.load_generator(checkpoint_path, format_inputs=situation_formatter(vocabulary, input_length),
+                                  vocabulary=vocabulary, input_length=input_length, max_length=max_length,
+                                  **kwargs)
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  import t5_tasks  # pylint: disable=g-import-not-at-top,unused-import  # registers the tasks
+  from t5_tasks import vocab  # pylint: disable=g-import-not-at-top
+  train_script.parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
+  vocabulary = vocab.get_vocabulary()
+  input_length = gin.query_parameter("%TASK_FEATURE_LENGTHS")["inputs"]
+  path = gin.get_configurable(infer_lib.infer)(
+      format_inputs=situation_formatter(vocabulary, input_length), vocabulary=vocabulary)
+  print(f"wrote {path}", flush=True)
+
+
+if __name__ == "__main__":
+  train_script.define_flags()
+  app.run(main, flags_parser=lambda argv: flags.FLAGS(train_script.rewrite_gin_args(argv)))
