@@ -21,8 +21,9 @@ DEFAULT_RATE_CAP = 2**16
 
 @gin.configurable
 def size_rate(task: seqio.Task, cap: int = DEFAULT_RATE_CAP) -> float:
-  """Training examples of `task`, at most `cap`."""
-  return float(min(task.num_input_examples("train"), cap))
+  """Training examples of `task`, at most `cap`; an evaluation-only task counts its first split."""
+  split = "train" if "train" in task.splits else task.splits[0]
+  return float(min(task.num_input_examples(split), cap))
 
 
 @gin.configurable

@@ -53,7 +53,7 @@ def test_mixture_membership():
 
 def test_rates_are_sizes_with_a_gin_cap():
   task = seqio.get_mixture_or_task("asq_intent_cloze")
-  size = len(test_tasks._examples("asq_intent_cloze", "train"))  # pylint: disable=protected-access
+  size = len(test_tasks.task_examples("asq_intent_cloze", "train"))
   assert mixtures.size_rate(task) == size
   with gin.unlock_config():
     gin.bind_parameter("t5_tasks.mixtures.size_rate.cap", size - 3)
@@ -62,6 +62,9 @@ def test_rates_are_sizes_with_a_gin_cap():
     assert mixture.get_rate(task) == size - 3
   finally:
     gin.clear_config()
+  timedial = seqio.get_mixture_or_task("timedial_cloze_full")  # a test set only
+  test_size = len(test_tasks.task_examples("timedial_cloze_full", "test"))
+  assert mixtures.size_rate(timedial) == test_size
 
 
 # Building a mixture's dataset builds each of its tasks' (about 0.3 s each), so the datasets are

@@ -63,7 +63,7 @@ def heap_files(tmp_path):
   gin.clear_config()
 
 
-def _examples(name, split):
+def task_examples(name, split):
   ds = seqio.get_mixture_or_task(name).get_dataset(LENGTHS, split=split, shuffle=False)
   return list(ds.as_numpy_iterator())
 
@@ -113,7 +113,7 @@ def test_every_task_yields_formatted_examples(name, heap_files):
   task = seqio.get_mixture_or_task(name)
   total = 0
   for split in task.splits:
-    examples = _examples(name, split)
+    examples = task_examples(name, split)
     total += len(examples)
     for ex in examples:
       _check_candidates(ex)
@@ -123,24 +123,24 @@ def test_every_task_yields_formatted_examples(name, heap_files):
 
 def test_counts_match_the_raw_files():
   asq_test = json.loads((tasks.QUICKSTART_DIR / "asq_test.json").read_text())
-  assert len(_examples("asq_intent_cloze", "test")) == len(asq_test)
+  assert len(task_examples("asq_intent_cloze", "test")) == len(asq_test)
   timedial = json.loads((tasks.QUICKSTART_DIR / "timedial_test.json").read_text())
-  assert len(_examples("timedial_cloze_full", "test")) == len(timedial)
+  assert len(task_examples("timedial_cloze_full", "test")) == len(timedial)
   lines = (tasks.QUICKSTART_DIR / "reddit_advice_2019.jsonl").read_text().splitlines()
   situations = [json.loads(line) for line in lines if line.strip()]
   expected = sum(len(s["good_comments"]) for s in situations if s["split"] == "train")
-  assert len(_examples("turingadvice_generation", "train")) == expected
+  assert len(task_examples("turingadvice_generation", "train")) == expected
 
 
 def test_asq_labels_and_pair_types_follow_the_files():
   items = {x["id"]: x for x in json.loads((tasks.QUICKSTART_DIR / "asq_test.json").read_text())}
   first = json.loads((tasks.QUICKSTART_DIR / "asq_annotation_first.json").read_text())
-  for ex in _examples("asq_intent_cloze", "test"):
+  for ex in task_examples("asq_intent_cloze", "test"):
     item = items[ex["id"].decode()]
     assert ex["inputs_pretokenized"].decode() == item["narrative"]
     assert list(ex["candidates_pretokenized"]) == [item["qn1"].encode(), item["qn2"].encode()]
     assert list(ex["candidate_labels"]) == [int(item["label"] == 0), int(item["label"] == 1)]
-  by_id = {ex["id"].decode(): ex for ex in _examples("asq_intent_cloze", "test")}
+  by_id = {ex["id"].decode(): ex for ex in task_examples("asq_intent_cloze", "test")}
   annotated = first[0]
   if annotated["true_qn_type"] == "1" and annotated["paired_qn_type"] == "3":
     assert by_id[annotated["id"]]["pair_type"] == b"C+E"
@@ -150,7 +150,7 @@ def test_asq_labels_and_pair_types_follow_the_files():
 def test_timedial_candidates_are_both_correct_then_both_incorrect():
   raw = {str(x["id"]): x for x in json.loads((tasks.QUICKSTART_DIR / "timedial_test.json")
                                              .read_text())}
-  for ex in _examples("timedial_cloze_target", "test"):
+  for ex in task_examples("timedial_cloze_target", "test"):
     item = raw[ex["id"].decode()]
     assert [c.decode() for c in ex["candidates_pretokenized"]] == [
         item["correct1"], item["correct2"], item["incorrect1"], item["incorrect2"]]
@@ -170,12 +170,12 @@ def test_advice_inputs_are_trimmed_to_the_inputs_length():
 
 def test_missing_data_names_the_gin_binding():
   with pytest.raises(ValueError, match=r"data_files.files = \{'heap/defeasible'"):
-    _examples("heap_update_attenuator", "train")
+    task_examples("heap_update_attenuator", "train")
 
 
 def test_metric_fns_run_on_task_targets():
   task = seqio.get_mixture_or_task("timedial_cloze_full")
-  examples = _examples("timedial_cloze_full", "test")
+  examples = task_examples("timedial_cloze_full", "test")
   targets = [task.postprocess_fn(None, example=ex, is_target=True) for ex in examples]
   # Scores that rank the candidates in file order: both correct ones on top.
   scores = [[4.0, 3.0, 2.0, 1.0] for _ in examples]
@@ -196,7 +196,7 @@ def test_sentencepiece_vocabulary_through_gin(tmp_path):
   with gin.unlock_config():
     gin.bind_parameter("t5_tasks.vocab.get_vocabulary.sentencepiece_model_path", path)
   try:
-    ex = _examples("asq_intent_cloze", "test")[0]
+    ex = task_examples("asq_intent_cloze", "test")[0]
     expected = seqio.SentencePieceVocabulary(path, extra_ids=100)
     text = ex["inputs_pretokenized"].decode()
     assert list(ex["inputs"][:-1]) == expected.encode(text)[:LENGTHS["inputs"] - 1]
@@ -240,12 +240,12 @@ def test_tfds_variants_yield_the_file_tasks_examples(name, tfds_dir):
   tfds_task = seqio.get_mixture_or_task(f"{name}_tfds")
   file_task = seqio.get_mixture_or_task(name)
   if name.startswith("heap_"):  # the prepared HEAP dataset holds every comparison in "test"
-    expected = [ex for split in file_task.splits for ex in _examples(name, split)]
-    assert _content(_examples(f"{name}_tfds", "test")) == _content(expected)
+    expected = [ex for split in file_task.splits for ex in task_examples(name, split)]
+    assert _content(task_examples(f"{name}_tfds", "test")) == _content(expected)
     return
   for split in file_task.splits:
-    examples = _examples(f"{name}_tfds", split)
+    examples = task_examples(f"{name}_tfds", split)
     for ex in examples:
       _check_candidates(ex)
-    assert _content(examples) == _content(_examples(name, split)), split
+    assert _content(examples) == _content(task_examples(name, split)), split
   assert set(file_task.splits) <= set(tfds_task.splits)
