@@ -67,11 +67,12 @@ def _agreed_config(checkpoint_path: str, saved: T5Config | None, model_config: T
                      "gin file (gin/models/t5_1_1/*.gin) so that MODEL_CONFIG describes it")
   if saved is None or model_config is None:
     return saved or model_config
-  mismatched = [f"{f.name}: checkpoint {getattr(saved, f.name)!r}, MODEL_CONFIG {getattr(model_config, f.name)!r}"
-                for f in dataclasses.fields(T5Config)
-                if f.name not in _RUN_FIELDS and getattr(saved, f.name) != getattr(model_config, f.name)]
+  names = [f.name for f in dataclasses.fields(T5Config) if f.name not in _RUN_FIELDS]
+  mismatched = [f"{name}: checkpoint {getattr(saved, name)!r}, MODEL_CONFIG {getattr(model_config, name)!r}"
+                for name in names if getattr(saved, name) != getattr(model_config, name)]
   if mismatched:
-    raise ValueError(f"CHECKPOINT_PATH {checkpoint_path} does not match MODEL_CONFIG: " + "; ".join(mismatched))
+    raise ValueError(f"CHECKPOINT_PATH {checkpoint_path} does not match MODEL_CONFIG: "
+                     + "; ".join(mismatched))
   return model_config
 
 
@@ -256,7 +257,8 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   mesh = partitioning.create_mesh(*mesh_shape, devices=jax.local_devices())
   rules = tuple(tuple(rule) for rule in logical_axis_rules)
   if batch_size % mesh.shape["data"]:
-    raise ValueError(f"BATCH_SIZE {batch_size} is not divisible by the mesh's data axis ({mesh.shape['data']})")
+    raise ValueError(f"BATCH_SIZE {batch_size} is not divisible by the mesh's data axis "
+                     f"({mesh.shape['data']})")
   settings = {"mixture_or_task_name": mixture_or_task_name, "split": split, "scorer": scorer,
               "length_normalize": bool(length_normalize), "checkpoint_path": os.path.abspath(checkpoint_path),
               "task_feature_lengths": dict(task_feature_lengths)}

@@ -144,9 +144,9 @@ def task_inputs(task_name: str, split: str, feature_lengths) -> tuple[list[dict]
   return rows, input_ids, task.output_features["targets"].vocabulary
 
 
-def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths, mixture_or_task_name: str | None = None,
-          input_file: str | None = None, split: str = "test", batch_size: int = 8,
-          num_samples: int = 1, top_p: float = 0.95, temperature: float = 1.0, seed: int = 0,
+def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
+          mixture_or_task_name: str | None = None, input_file: str | None = None, split: str = "test",
+          batch_size: int = 8, num_samples: int = 1, top_p: float = 0.95, temperature: float = 1.0, seed: int = 0,
           model_config: T5Config | None = None, format_inputs: Callable[[dict], str] | None = None,
           vocabulary=None) -> str:
   """Samples advice for a generation task's inputs or a file of situations; writes JSON lines.

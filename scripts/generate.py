@@ -42,9 +42,9 @@ def advice_generator(checkpoint_path: str, *, input_length: int = 512, max_lengt
   from t5_tasks import vocab  # pylint: disable=g-import-not-at-top
 
   vocabulary = vocab.get_vocabulary()
-  return infer_lib.load_generator(checkpoint_path, format_inputs=situation_formatter(vocabulary, input_length),
-                                  vocabulary=vocabulary, input_length=input_length, max_length=max_length,
-                                  **kwargs)
+  format_inputs = situation_formatter(vocabulary, input_length)
+  return infer_lib.load_generator(checkpoint_path, format_inputs=format_inputs, vocabulary=vocabulary,
+                                  input_length=input_length, max_length=max_length, **kwargs)
 
 
 def main(argv: Sequence[str]) -> None:

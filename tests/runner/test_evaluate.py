@@ -238,4 +238,5 @@ def test_repeated_ids_are_numbered_so_resuming_can_tell_items_apart(tmp_path, mo
   with outputs.PredictionsAppender(str(tmp_path)) as appender:
     evaluate.score_task("t", SPLIT, LENGTHS, 1, lambda p, x, c: np.asarray([[0.5, 0.25]]), None, appender)
   records = outputs.read_predictions(str(tmp_path / outputs.PREDICTIONS_FILE))
-  assert [(r["id"], r["gold"], r["prediction"]) for r in records] == [("post", [1, 0], 0), ("post#1", [0, 1], 0)]
+  assert [(r["id"], r["gold"], r["prediction"]) for r in records] == [
+      ("post", [1, 0], 0), ("post#1", [0, 1], 0)]
