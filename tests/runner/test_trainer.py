@@ -29,30 +29,36 @@ def _one_device_step(optimizer, objective="cross_entropy", accumulation_steps=1,
   opt_shardings = partitioning.opt_state_shardings(optimizer, params, shardings, mesh)
   step = trainer.make_train_step(TINY, optimizer, mesh, shardings, opt_shardings, objective=objective,
                                  accumulation_steps=accumulation_steps, z_loss=z_loss)
-  return params, lambda p, batch: step(p, optimizer.init(p), batch, 0)
+  # The step donates its inputs: each call gets its own copy of the parameters.
+  return params, lambda batch: step(jax.tree.map(jnp.array, params), optimizer.init(params), batch, 0)
 
 
-def test_cross_entropy_is_the_mean_over_real_target_tokens():
+@pytest.fixture(scope="module")
+def sgd_step():
+  """Plain SGD with rate 1 makes the update the gradient itself."""
+  return _one_device_step(optax.sgd(1.0))
+
+
+def test_cross_entropy_is_the_mean_over_real_target_tokens(sgd_step):
   batch = _text_batch(np.random.default_rng(0))
-  params, step = _one_device_step(optax.sgd(0.0))
-  logits = np.asarray(Transformer(TINY).apply(
+  params, step = sgd_step
+  logits = np.asarray(jax.jit(Transformer(TINY).apply)(
       {"params": params}, batch["input_ids"], np.pad(batch["target_ids"], ((0, 0), (1, 0)))[:, :-1]), np.float64)
   log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
       - logits.max(-1, keepdims=True)
   picked = np.take_along_axis(log_probs, batch["target_ids"][..., None], -1)[..., 0]
   real = batch["target_ids"] > 0
-  _, _, metrics = step(params, batch)
+  _, _, metrics = step(batch)
   assert float(metrics["units"]) == real.sum()
   np.testing.assert_allclose(float(metrics["loss"]), -picked[real].mean(), rtol=1e-5)
 
 
-def test_accumulating_two_microbatches_matches_one_large_batch():
+def test_accumulating_two_microbatches_matches_one_large_batch(sgd_step):
   batch = _text_batch(np.random.default_rng(1))
-  # Plain SGD makes the update the gradient itself, so the comparison is of the gradients.
-  params, whole = _one_device_step(optax.sgd(1.0))
+  _, whole = sgd_step
   _, accumulated = _one_device_step(optax.sgd(1.0), accumulation_steps=2)
-  new_whole, _, m_whole = whole(jax.tree.map(jnp.array, params), batch)
-  new_acc, _, m_acc = accumulated(jax.tree.map(jnp.array, params), batch)
+  new_whole, _, m_whole = whole(batch)
+  new_acc, _, m_acc = accumulated(batch)
   np.testing.assert_allclose(float(m_acc["loss"]), float(m_whole["loss"]), rtol=1e-5)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), new_acc, new_whole)
 
