@@ -148,8 +148,8 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
                rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached=False) -> int:
   """Scores the items of one task not yet in `appender`; returns how many it wrote.
 
-  Items must be told apart for resuming: a repeated id (several comparisons of one post) gets
-  its occurrence number, "id#1", "id#2", ..., in the task's fixed order.
+  Items must be told apart for resuming: a repeated id keeps it the first time and becomes
+  "id#1", "id#2", ... on later occurrences, in the task's fixed order.
   """
   progress = Progress(task_name, total)
   occurrences: dict[str, int] = {}
@@ -179,16 +179,21 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
   return written
 
 
+def _number(value) -> float:
+  return float(getattr(value, "value", value))  # seqio metric fns may return seqio.metrics.Scalar
+
+
 def _interval_entries(flat: dict) -> dict:
   """seqio's flat `{name, name_low, name_high}` -> `{name: {"value", "low", "high"}}`; NaNs dropped."""
   entries = {}
   for name, value in flat.items():
     if name.endswith(("_low", "_high")) and name.rsplit("_", 1)[0] in flat:
       continue
-    value = float(getattr(value, "value", value))
-    low = float(getattr(flat.get(f"{name}_low", value), "value", flat.get(f"{name}_low", value)))
-    high = float(getattr(flat.get(f"{name}_high", value), "value", flat.get(f"{name}_high", value)))
-    if not any(np.isnan((value, low, high))):
+    value = _number(value)
+    low, high = _number(flat.get(f"{name}_low", value)), _number(flat.get(f"{name}_high", value))
+    if np.isnan((value, low, high)).any():
+      logging.warning("metric %s is undefined on these items (NaN); left out of metrics.json", name)
+    else:
       entries[name] = outputs.interval(value, low, high)
   return entries
 
