@@ -123,3 +123,17 @@ def test_scripts_train_runs_a_gin_configured_run_on_the_quickstart_mixture(run_p
   assert "step 4/4  loss" in out and "tokens/s" in out and "stopped at step 4" in out
   assert _steps(tmp_path / "run") == [4]
   assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "run" / "train"))
+
+
+def test_initial_checkpoint_path_starts_from_a_params_only_checkpoint(tmp_path):
+  import jax
+  import optax
+  from models.network import init_params
+  from runner import checkpoints, train
+  start = init_params(TINY, jax.random.PRNGKey(5))
+  checkpoints.save_params(tmp_path / "converted" / "params", start)
+  result = train.train(model_config=TINY, train_steps=1, batch_size=4, model_dir=str(tmp_path / "run"),
+                       initial_checkpoint_path=str(tmp_path / "converted"), optimizer=optax.sgd(0.0),
+                       batch_source=numbered_batches, log_every=1)
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(result.params), jax.device_get(start))
+  assert _steps(tmp_path / "run") == [1]
