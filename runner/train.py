@@ -114,12 +114,13 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   optimizer = optimizer or trainer.make_optimizer()
   rules = tuple(tuple(rule) for rule in logical_axis_rules)
 
-  host_params = jax.eval_shape(functools.partial(_initial_params, model_config, objective, None, seed))
-  params_shardings = partitioning.param_shardings(host_params, model_config, mesh, rules)
-  opt_shardings = partitioning.opt_state_shardings(optimizer, host_params, params_shardings, mesh)
+  random_init = functools.partial(_initial_params, model_config, objective, None, seed)
+  abstract_params = jax.eval_shape(random_init)
+  params_shardings = partitioning.param_shardings(abstract_params, model_config, mesh, rules)
+  opt_shardings = partitioning.opt_state_shardings(optimizer, abstract_params, params_shardings, mesh)
   manager = checkpoints.checkpoint_manager(model_dir, keep_checkpoints)
-  restored = checkpoints.restore(manager, partitioning.with_shardings(host_params, params_shardings),
-                                 partitioning.with_shardings(jax.eval_shape(optimizer.init, host_params),
+  restored = checkpoints.restore(manager, partitioning.with_shardings(abstract_params, params_shardings),
+                                 partitioning.with_shardings(jax.eval_shape(optimizer.init, abstract_params),
                                                              opt_shardings))
   if restored:
     step, params, opt_state, position = restored
@@ -127,8 +128,11 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
     logging.info("resuming from the checkpoint of step %d in %s", step, model_dir)
   else:
     step, start_batch = 0, 0
-    params = jax.device_put(
-        _initial_params(model_config, objective, initial_checkpoint_path, seed, mesh, rules), params_shardings)
+    if initial_checkpoint_path:
+      params = jax.device_put(
+          _initial_params(model_config, objective, initial_checkpoint_path, seed, mesh, rules), params_shardings)
+    else:  # created in place, shard by shard: a large model never sits whole on one device
+      params = jax.jit(random_init, out_shardings=params_shardings)()
     opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(params)
 
   train_step = trainer.make_train_step(model_config, optimizer, mesh, params_shardings, opt_shardings,
@@ -143,7 +147,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   pending, last_metrics, preempted, saved_step = [], {}, False, step
 
   def check_finite():
-    """Raises on a non-finite loss or gradient among the steps not yet checked."""
+    """Raises on a non-finite loss, gradient or parameter norm among the steps not yet checked."""
     for pending_step, metrics in jax.device_get(pending):
       norms = {name: float(metrics[name]) for name in ("loss", "grad_norm", "param_norm")}
       if not all(map(math.isfinite, norms.values())):
