@@ -18,16 +18,20 @@ def compilation_cache(tmp_path_factory):
   return tmp_path_factory.mktemp("jax_compilation_cache")
 
 
-@pytest.fixture
-def run_python(compilation_cache, tmp_path):
-  """run_python(code, devices=1, expect_returncode=0) -> stdout of `code` run in `tmp_path`."""
+def python_runner(cache_dir, cwd):
+  """run(code, devices=1, expect_returncode=0) -> stdout of `code` run in a fresh interpreter in `cwd`."""
   def run(code, devices=1, expect_returncode=0):
     env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), JAX_PLATFORMS="cpu",
                XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-               JAX_COMPILATION_CACHE_DIR=str(compilation_cache),
+               JAX_COMPILATION_CACHE_DIR=str(cache_dir),
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, env=env,
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == expect_returncode, result.stderr[-4000:]
     return result.stdout
   return run
+
+
+@pytest.fixture
+def run_python(compilation_cache, tmp_path):
+  return python_runner(compilation_cache, tmp_path)

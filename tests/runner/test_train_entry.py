@@ -1,6 +1,6 @@
 """The train entry point: resuming after SIGKILL, saving on SIGTERM, stopping on a non-finite loss.
 
-Runs happen in subprocesses (`run_python`, sharing a compilation cache); `run` below is what they call.
+Runs happen in subprocesses (sharing a compilation cache); `run` below is what they call.
 """
 import os
 import signal
@@ -11,6 +11,7 @@ import pytest
 
 from models.config import T5Config
 from tests.conftest import PROJECT_ROOT
+from tests.runner.conftest import python_runner
 
 TINY = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
                 num_encoder_layers=2, num_decoder_layers=2)
@@ -58,56 +59,61 @@ def _steps(model_dir):
   return sorted(int(name) for name in os.listdir(model_dir / "checkpoints") if name.isdigit())
 
 
-def test_killed_run_resumes_to_the_parameters_of_an_uninterrupted_run(run_python, tmp_path):
+@pytest.fixture(scope="module")
+def runs(compilation_cache, tmp_path_factory):
+  """Runs in two processes: one killed mid-way; then its resumption, an uninterrupted run, a
+  SIGTERMed run and a run whose updates turn NaN. Returns (directory, steps left by the kill, output)."""
+  directory = tmp_path_factory.mktemp("runs")
+  run_python = python_runner(compilation_cache, directory)
   run_python("""
       import signal
       from tests.runner.test_train_entry import run
       run("killed", signal_at=5, signal_number=signal.SIGKILL)
       """, expect_returncode=-signal.SIGKILL)
-  assert _steps(tmp_path / "killed") == [3]  # killed while fetching the batch of step 6
+  steps_after_kill = _steps(directory / "killed")
   out = run_python("""
-      from tests.runner.test_train_entry import run
+      import signal
+      import jax, numpy as np
+      from runner import checkpoints, train
+      from tests.runner.test_train_entry import run, TINY
       run("killed", save_params_to="resumed.npz")
       run("uninterrupted", save_params_to="uninterrupted.npz")
+      run("terminated", signal_at=4, signal_number=signal.SIGTERM, save_params_to="returned.npz")
+      restored = checkpoints.restore_params("terminated", TINY)
+      returned = np.load("returned.npz")
+      for path, value in jax.tree_util.tree_flatten_with_path(jax.device_get(restored))[0]:
+        np.testing.assert_array_equal(value, returned[jax.tree_util.keystr(path)])
+      print("restored the returned parameters")
+      try:
+        run("nan", nan_from_update=4)
+      except train.NonFiniteLossError as error:
+        print("error:", error)
       """)
+  return directory, steps_after_kill, out
+
+
+def test_killed_run_resumes_to_the_parameters_of_an_uninterrupted_run(runs):
+  directory, steps_after_kill, out = runs
+  assert steps_after_kill == [3]  # killed while fetching the batch of step 6
   assert out.count(f"result {STEPS} False") == 2
-  assert _steps(tmp_path / "killed") == [3, 6, STEPS]
-  resumed, uninterrupted = _params(tmp_path / "resumed.npz"), _params(tmp_path / "uninterrupted.npz")
+  assert _steps(directory / "killed") == [3, 6, STEPS]
+  resumed, uninterrupted = _params(directory / "resumed.npz"), _params(directory / "uninterrupted.npz")
   assert resumed.keys() == uninterrupted.keys() and len(resumed) > 20
   for name, value in uninterrupted.items():
     np.testing.assert_array_equal(resumed[name], value, err_msg=name)
 
 
-def test_sigterm_saves_at_the_current_step_and_returns(run_python, tmp_path):
-  out = run_python("""
-      import signal
-      import jax, numpy as np
-      from runner import checkpoints
-      from tests.runner.test_train_entry import run, TINY
-      run("run", signal_at=4, signal_number=signal.SIGTERM, save_params_to="returned.npz")
-      restored = checkpoints.restore_params("run", TINY)
-      returned = np.load("returned.npz")
-      flat = jax.tree_util.tree_flatten_with_path(jax.device_get(restored))[0]
-      for path, value in flat:
-        np.testing.assert_array_equal(value, returned[jax.tree_util.keystr(path)])
-      print("restored the returned parameters")
-      """)
+def test_sigterm_saves_at_the_current_step_and_returns(runs):
+  directory, _, out = runs
   assert "result 5 True" in out and "restored the returned parameters" in out
-  assert _steps(tmp_path / "run") == [3, 5]
+  assert _steps(directory / "terminated") == [3, 5]
 
 
-def test_non_finite_update_stops_with_the_last_good_checkpoint(run_python, tmp_path):
-  out = run_python("""
-      from runner import train
-      from tests.runner.test_train_entry import run
-      try:
-        run("run", nan_from_update=4)
-      except train.NonFiniteLossError as error:
-        print("error:", error)
-      """)
+def test_non_finite_update_stops_with_the_last_good_checkpoint(runs):
+  directory, _, out = runs
   # The 5th update (step 4) uses a NaN learning rate: step 4's new parameters are NaN.
   assert "at step 4; stopped without saving: the last good checkpoint is step 3" in out, out
-  assert _steps(tmp_path / "run") == [3]
+  assert _steps(directory / "nan") == [3]
 
 
 def test_scripts_train_runs_a_gin_configured_run_on_the_quickstart_mixture(run_python, tmp_path):
