@@ -143,3 +143,14 @@ def test_initial_checkpoint_path_starts_from_a_params_only_checkpoint(tmp_path):
                        batch_source=numbered_batches, log_every=1)
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(result.params), jax.device_get(start))
   assert _steps(tmp_path / "run") == [1]
+
+
+def test_initial_checkpoint_path_reads_a_hugging_face_dir_and_checks_its_architecture(tmp_path):
+  pytest.importorskip("transformers")
+  from runner import train
+  from tests.models.hf_reference import make_hf_t5
+  make_hf_t5(tmp_path / "hf")
+  with pytest.raises(ValueError, match=r"does not match MODEL_CONFIG: vocab_size: checkpoint 96, model 384; "
+                                       r"emb_dim: checkpoint 32, model 64"):
+    train.train(model_config=TINY, train_steps=1, batch_size=4, model_dir=str(tmp_path / "run"),
+                initial_checkpoint_path=str(tmp_path / "hf"), batch_source=numbered_batches)
