@@ -9,6 +9,7 @@ checkpoint saved on one mesh restores on another.
 """
 import os
 import signal
+import threading
 
 import jax
 import orbax.checkpoint as ocp
@@ -108,7 +109,8 @@ class PreemptionGuard:
     self._previous = None
 
   def __enter__(self):
-    if jax.process_count() == 1:
+    # Python delivers signals to the main thread only; elsewhere the flag stays unset.
+    if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
       self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
     return self
 

@@ -171,8 +171,8 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   with checkpoints.PreemptionGuard(manager) as guard:
     while step < train_steps:
       local_batch = next(batches)
-      params, opt_state, metrics = train_step(params, opt_state, partitioning.global_batch(local_batch, mesh, rules),
-                                              step)
+      global_batch = partitioning.global_batch(local_batch, mesh, rules)
+      params, opt_state, metrics = train_step(params, opt_state, global_batch, step)
       pending.append((step, metrics))
       step += 1
       window_steps += 1

@@ -137,7 +137,8 @@ def make_train_step(config: T5Config, optimizer, mesh, params_shardings, opt_sha
           return jax.tree.map(jnp.add, carry, (grads, sums)), None
         micro = _microbatches(batch, accumulation_steps)
         first = jax.tree.map(lambda x: x[0], micro)
-        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(grads_and_sums, params, first, rng))
+        shapes = jax.eval_shape(grads_and_sums, params, first, rng)
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
         (grads, sums), _ = jax.lax.scan(accumulate, zeros,
                                         (jnp.arange(accumulation_steps), micro))
     units = jnp.maximum(sums.pop("units"), 1.0)
@@ -149,8 +150,9 @@ def make_train_step(config: T5Config, optimizer, mesh, params_shardings, opt_sha
     return params, opt_state, metrics
 
   replicated = NamedSharding(mesh, PartitionSpec())
+  batch_sharding = partitioning.batch_sharding(mesh, rules)
   jitted = jax.jit(train_step,
-                   in_shardings=(params_shardings, opt_shardings, partitioning.batch_sharding(mesh, rules), replicated),
+                   in_shardings=(params_shardings, opt_shardings, batch_sharding, replicated),
                    out_shardings=(params_shardings, opt_shardings, replicated),
                    donate_argnums=(0, 1))
 

@@ -42,9 +42,9 @@ def synthetic_task():
   signature = {"id": tf.TensorSpec([], tf.string), "inputs": tf.TensorSpec([], tf.string),
                "targets": tf.TensorSpec([], tf.string), "candidates": tf.TensorSpec([None], tf.string),
                "candidate_labels": tf.TensorSpec([None], tf.int32)}
-  source = seqio.FunctionDataSource(
-      lambda split, shuffle_files, seed=None: tf.data.Dataset.from_generator(lambda: iter(ITEMS), output_signature=signature),
-      splits=["train"])
+  def dataset_fn(split, shuffle_files, seed=None):
+    return tf.data.Dataset.from_generator(lambda: iter(ITEMS), output_signature=signature)
+  source = seqio.FunctionDataSource(dataset_fn, splits=["train"])
   seqio.TaskRegistry.add(
       TASK, source=source, preprocessors=[_tokenize_rank2, _append_eos],
       output_features={"inputs": seqio.Feature(vocabulary), "targets": seqio.Feature(vocabulary),

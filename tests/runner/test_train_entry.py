@@ -32,7 +32,7 @@ def numbered_batches(start, signal_at=None, signal_number=None):
     index += 1
 
 
-def run(model_dir, signal_at=None, signal_number=None, nan_from_update=None, save_params_to=None):
+def run(model_dir, signal_at=None, signal_number=None, nan_from_update=None, save_params_to=None, keep=3):
   """A tiny 8-step run checkpointing every 3 steps; optionally signalled, or with a NaN learning rate."""
   import jax
   import jax.numpy as jnp
@@ -42,7 +42,8 @@ def run(model_dir, signal_at=None, signal_number=None, nan_from_update=None, sav
   if nan_from_update is not None:
     learning_rate = lambda count: jnp.where(count < nan_from_update, 1e-2, jnp.nan)
   result = train.train(model_config=TINY, train_steps=STEPS, batch_size=4, model_dir=str(model_dir),
-                       checkpoint_every=3, log_every=4, optimizer=optax.adafactor(learning_rate),
+                       checkpoint_every=3, keep_checkpoints=keep, log_every=4,
+                       optimizer=optax.adafactor(learning_rate),
                        batch_source=lambda start: numbered_batches(start, signal_at, signal_number))
   if save_params_to:
     flat = jax.tree_util.tree_flatten_with_path(jax.device_get(result.params))[0]
@@ -77,7 +78,7 @@ def runs(compilation_cache, tmp_path_factory):
       from runner import checkpoints, train
       from tests.runner.test_train_entry import run, TINY
       run("killed", save_params_to="resumed.npz")
-      run("uninterrupted", save_params_to="uninterrupted.npz")
+      run("uninterrupted", save_params_to="uninterrupted.npz", keep=2)
       run("terminated", signal_at=4, signal_number=signal.SIGTERM, save_params_to="returned.npz")
       restored = checkpoints.restore_params("terminated", TINY)
       returned = np.load("returned.npz")
@@ -97,6 +98,7 @@ def test_killed_run_resumes_to_the_parameters_of_an_uninterrupted_run(runs):
   assert steps_after_kill == [3]  # killed while fetching the batch of step 6
   assert out.count(f"result {STEPS} False") == 2
   assert _steps(directory / "killed") == [3, 6, STEPS]
+  assert _steps(directory / "uninterrupted") == [6, STEPS]  # keeps the last 2
   resumed, uninterrupted = _params(directory / "resumed.npz"), _params(directory / "uninterrupted.npz")
   assert resumed.keys() == uninterrupted.keys() and len(resumed) > 20
   for name, value in uninterrupted.items():
