@@ -17,6 +17,7 @@ setuptools.setup(
         "tensorflow-datasets",
         "gin-config",
         "clu",
+        "tensorboard",  # clu's summary writer imports it; TensorFlow no longer installs it
         "numpy",
         "importlib_resources",  # tensorflow-datasets needs it to prepare builders defined in a package
         "scipy",
