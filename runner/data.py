@@ -68,6 +68,31 @@ def candidate_arrays(examples: Sequence[Mapping[str, Any]], input_length: int, c
   return out
 
 
+def bucket_length(length: int, limit: int, smallest: int = 8) -> int:
+  """The smallest power of two (at least `smallest`) that holds `length`, at most `limit`."""
+  bucket = smallest
+  while bucket < length:
+    bucket *= 2
+  return min(bucket, limit)
+
+
+def trim_padding(input_ids: np.ndarray, candidate_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Drops trailing all-padding columns, keeping lengths in power-of-two buckets.
+
+  Evaluation pads every batch to the task's feature lengths, but cloze candidates are usually
+  far shorter (TimeDial's options are a few tokens against a `targets` length of 128): decoding
+  the padding would cost more than the candidates. Scores are unchanged (padding is masked in
+  the encoder and comes after every real token in the decoder); buckets keep the number of
+  compiled shapes to a handful.
+  """
+  def used(ids):
+    columns = np.flatnonzero(ids.reshape(-1, ids.shape[-1]).any(axis=0))
+    return int(columns[-1]) + 1 if columns.size else 1
+  inputs = bucket_length(used(input_ids), input_ids.shape[-1])
+  steps = bucket_length(used(candidate_ids), candidate_ids.shape[-1])
+  return input_ids[..., :inputs], candidate_ids[..., :steps]
+
+
 def _text(value):
   return value.decode("utf-8") if isinstance(value, bytes) else value
 

@@ -166,7 +166,8 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
     if not any(todo):
       progress.update(len(metadata), 0)
       continue
-    arrays = {k: batch[k] for k in ("input_ids", "candidate_ids")}  # padded to batch_size rows
+    arrays = dict(zip(("input_ids", "candidate_ids"),
+                      data.trim_padding(batch["input_ids"], batch["candidate_ids"])))
     if mesh is not None:
       arrays = jax.device_put(arrays, partitioning.batch_sharding(mesh, rules))
     scores = score_fn(params, arrays["input_ids"], arrays["candidate_ids"])

@@ -34,6 +34,11 @@ def peak_records(meta: dict, timings: dict[str, Timing], flops: dict[str, int]) 
           for name in flops]
 
 
+def duration_records(meta: dict, timings: dict[str, Timing]) -> list[dict]:
+  """Records of work timed as a whole (no FLOPs, no baseline to race): its median and every time."""
+  return [dict(meta, impl=name, median_s=timing.median_s, times_s=timing.times_s) for name, timing in timings.items()]
+
+
 def _format_agreement(agreement: dict) -> str:
   return ", ".join(f"{name} {value:.3g}" for name, value in agreement.items())
 
@@ -43,7 +48,7 @@ def table(records: list[dict]) -> str:
   lines = []
   cases = []
   for record in records:
-    if record["impl"].endswith("_matmul"):
+    if record["impl"].endswith("_matmul") or "ratios" not in record:
       continue
     key = (record["suite"], record["case"])
     if key not in cases:
@@ -59,6 +64,11 @@ def table(records: list[dict]) -> str:
       ratios = "  ".join(f"x{value:.2f} vs {other}" for other, value in r["ratios"].items())
       lines.append(f"  {r['impl']:<18}{r['throughput']:>16.1f}{r['median_s']:>10.4f}{r['compile_s']:>11.2f}"
                    f"{r['mfu']:>8.1%}{r['peak_flops_per_s'] / 1e9:>11.1f}  {ratios}")
+  durations = [r for r in records if "ratios" not in r and not r["impl"].endswith("_matmul")]
+  if durations:
+    lines.append("\n[durations]")
+    lines += [f"  {r['suite']}/{r['impl']:<24}{r['median_s']:>8.2f} s median of {len(r['times_s'])}"
+              for r in durations]
   return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ medians are reported, compile time (first call minus median) separately.
 import copy
 import dataclasses
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -26,14 +27,15 @@ from runner import partitioning, trainer
 from scripts import bench_flops, bench_hf, bench_report, bench_timing
 
 _MODEL = flags.DEFINE_enum("model", "small", ["tiny", "small", "base", "large"], "T5.1.1 size (gin/models/t5_1_1).")
-_SUITES = flags.DEFINE_list("suites", "scoring,training,generation", "Suites to run.")
+_SUITES = flags.DEFINE_list("suites", "scoring,training,generation,import", "Suites to run.")
 _REPS = flags.DEFINE_integer("reps", 5, "Timed repetitions per implementation, after one warm-up.")
 _JSON = flags.DEFINE_string("json", None, "Write one JSON object per measurement to this file.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "cpu: float32; gpu: bfloat16 activations.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the weights and the batches.")
 
-SUITES = ("scoring", "training", "generation")
-GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gin", "models", "t5_1_1")
+SUITES = ("scoring", "training", "generation", "import")
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GIN_DIR = os.path.join(PROJECT_ROOT, "gin", "models", "t5_1_1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,7 +225,23 @@ def generation_suite(bench: Bench) -> list[dict]:
   return bench.measure("generation", "nucleus_top_p_0.95", shape, "tokens/s", runners, work, check)
 
 
-SUITE_FUNCTIONS = {"scoring": scoring_suite, "training": training_suite, "generation": generation_suite}
+# A fresh interpreter each: what a user waits for before the first task is usable.
+IMPORT_PROGRAMS = {"import_seqio": "import seqio", "import_t5_tasks": "import t5_tasks"}
+
+
+def import_suite(bench: Bench) -> list[dict]:
+  """Cold-start time of `import t5_tasks` (registers every task and mixture) beside `import seqio`."""
+  def runner(statement):
+    return lambda: subprocess.run([sys.executable, "-c", statement], cwd=PROJECT_ROOT, check=True,
+                                  capture_output=True)
+  timings = bench_timing.interleaved({name: runner(s) for name, s in IMPORT_PROGRAMS.items()}, bench.reps,
+                                     warmup=0)
+  meta = dict(bench.meta, suite="import", case="cold_start", unit="s", load_end=bench_timing.load_average())
+  return bench_report.duration_records(meta, timings)
+
+
+SUITE_FUNCTIONS = {"scoring": scoring_suite, "training": training_suite, "generation": generation_suite,
+                   "import": import_suite}
 
 
 def make_bench(model: str, device: str, reps: int, seed: int, directory) -> Bench:

@@ -115,3 +115,17 @@ def test_candidate_arrays_name_the_inconsistent_example():
                "candidate_labels": np.array([1])}]
   with pytest.raises(ValueError, match=r"example 0 \(id 'x1'\): 2 candidates, 1 candidate_labels"):
     data.candidate_arrays(examples, 4, 4)
+
+
+def test_trim_padding_keeps_every_real_token_in_power_of_two_buckets():
+  inputs = np.zeros((2, 64), np.int32)
+  inputs[0, :9] = 5  # longest real input: 9 tokens -> bucket 16
+  candidates = np.zeros((2, 3, 128), np.int32)
+  candidates[1, 2, :3] = 7  # longest candidate: 3 tokens -> the smallest bucket, 8
+  trimmed_inputs, trimmed_candidates = data.trim_padding(inputs, candidates)
+  assert trimmed_inputs.shape == (2, 16) and trimmed_candidates.shape == (2, 3, 8)
+  np.testing.assert_array_equal(trimmed_inputs, inputs[:, :16])
+  np.testing.assert_array_equal(trimmed_candidates, candidates[..., :8])
+  assert [data.bucket_length(n, 100) for n in (1, 8, 9, 33, 64, 65)] == [8, 8, 16, 64, 64, 100]
+  full = np.ones((1, 20), np.int32)  # a full row keeps its length even off the buckets
+  assert data.trim_padding(full, np.ones((1, 1, 5), np.int32))[0].shape == (1, 20)
