@@ -7,6 +7,8 @@ scripts/convert_checkpoint.py writes) is a plain orbax PyTree directory. Restori
 array shapes from the checkpoint and places every array with the target mesh's sharding, so a
 checkpoint saved on one mesh restores on another.
 """
+import dataclasses
+import json
 import os
 import signal
 import threading
@@ -14,13 +16,16 @@ import threading
 import jax
 import orbax.checkpoint as ocp
 from absl import logging
+from etils import epath
 from jax.sharding import SingleDeviceSharding
 
 from models.config import T5Config
+from runner import outputs
 from runner import partitioning
 
 CHECKPOINTS_SUBDIR = "checkpoints"
 _ITEMS = ("params", "opt_state", "data")
+CONFIG_FILE = "t5_config.json"  # the T5Config beside a converted or trained checkpoint
 
 
 def checkpoint_manager(model_dir, keep=3, read_only=False) -> ocp.CheckpointManager:
@@ -124,3 +129,30 @@ class PreemptionGuard:
 
   def should_stop(self, step) -> bool:
     return self._signalled or (jax.process_count() > 1 and self._manager.reached_preemption(step))
+
+
+def write_model_config(directory: str, config: T5Config) -> str:
+  """Writes `config` as JSON to `directory/t5_config.json`; returns the path.
+
+  Local files are replaced atomically; a bucket (gs://...) object is written whole by its store.
+  """
+  path = os.path.join(directory, CONFIG_FILE)
+  text = json.dumps(dataclasses.asdict(config), indent=2) + "\n"
+  if "://" in path:
+    epath.Path(path).write_text(text)
+  else:
+    outputs.atomic_write_text(path, text)
+  return path
+
+
+def read_model_config(directory: str) -> T5Config | None:
+  """The T5Config saved beside a checkpoint (local or in a bucket), or None when there is none."""
+  path = epath.Path(directory) / CONFIG_FILE
+  if not path.exists():
+    return None
+  fields = json.loads(path.read_text())
+  known = {field.name for field in dataclasses.fields(T5Config)}
+  unknown = sorted(set(fields) - known)
+  if unknown:
+    raise ValueError(f"{path}: unknown T5Config field(s) {unknown}")
+  return T5Config(**fields)

@@ -28,31 +28,9 @@ from runner import outputs
 from runner import partitioning
 from runner import report
 
-CONFIG_FILE = "t5_config.json"  # the T5Config beside a converted or trained checkpoint
 SETTINGS_FILE = "evaluation.json"  # what an output directory holds, checked before resuming
 SCORERS = ("likelihood", "reward")
 _RUN_FIELDS = ("dtype", "dropout_rate")  # T5Config fields a run may choose; the rest is the checkpoint's
-
-
-def write_model_config(directory: str, config: T5Config) -> str:
-  """Writes `config` as JSON to `directory/t5_config.json` (atomically); returns the path."""
-  path = os.path.join(directory, CONFIG_FILE)
-  outputs.atomic_write_text(path, json.dumps(dataclasses.asdict(config), indent=2) + "\n")
-  return path
-
-
-def read_model_config(directory: str) -> T5Config | None:
-  """The T5Config saved beside a checkpoint, or None when there is none."""
-  path = os.path.join(directory, CONFIG_FILE)
-  if not os.path.isfile(path):
-    return None
-  with open(path, encoding="utf-8") as f:
-    fields = json.load(f)
-  known = {field.name for field in dataclasses.fields(T5Config)}
-  unknown = sorted(set(fields) - known)
-  if unknown:
-    raise ValueError(f"{path}: unknown T5Config field(s) {unknown}")
-  return T5Config(**fields)
 
 
 def is_hf_checkpoint(path: str) -> bool:
@@ -63,7 +41,7 @@ def is_hf_checkpoint(path: str) -> bool:
 def _agreed_config(checkpoint_path: str, saved: T5Config | None, model_config: T5Config | None) -> T5Config:
   """The run's config, after checking that it describes the checkpoint's architecture."""
   if saved is None and model_config is None:
-    raise ValueError(f"{checkpoint_path}: no {CONFIG_FILE} beside the checkpoint; include a model "
+    raise ValueError(f"{checkpoint_path}: no {checkpoints.CONFIG_FILE} beside the checkpoint; include a model "
                      "gin file (gin/models/t5_1_1/*.gin) so that MODEL_CONFIG describes it")
   if saved is None or model_config is None:
     return saved or model_config
@@ -89,7 +67,7 @@ def load_checkpoint(checkpoint_path: str, model_config: T5Config | None = None, 
   if is_hf_checkpoint(checkpoint_path):
     saved, params = checkpoint_import.load_hf_t5(checkpoint_path)
   else:
-    saved = read_model_config(checkpoint_path)
+    saved = checkpoints.read_model_config(checkpoint_path)
   config = _agreed_config(checkpoint_path, saved, model_config)
   if params is None:
     return config, checkpoints.restore_params(checkpoint_path, config, mesh, rules)

@@ -73,8 +73,8 @@ def _initial_params(config, objective, initial_checkpoint_path, seed, mesh=None,
 def _metric_writer(model_dir):
   try:
     from clu import metric_writers  # pylint: disable=g-import-not-at-top
-  except ImportError:  # clu's TensorBoard writer needs TensorFlow, which a GPU machine may lack
-    logging.warning("clu/TensorFlow not importable: metrics go to the console only")
+  except ImportError as error:  # clu's TensorBoard writer needs TensorFlow, which a GPU machine may lack
+    logging.warning("clu's TensorBoard writer is not importable (%s): metrics go to the console only", error)
     return None
   return metric_writers.create_default_writer(os.path.join(model_dir, "train"),
                                               just_logging=jax.process_index() > 0)
@@ -119,6 +119,8 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   params_shardings = partitioning.param_shardings(abstract_params, model_config, mesh, rules)
   opt_shardings = partitioning.opt_state_shardings(optimizer, abstract_params, params_shardings, mesh)
   manager = checkpoints.checkpoint_manager(model_dir, keep_checkpoints)
+  if jax.process_index() == 0:  # evaluation and inference read the architecture from here
+    checkpoints.write_model_config(model_dir, model_config)
   restored = checkpoints.restore(manager, partitioning.with_shardings(abstract_params, params_shardings),
                                  partitioning.with_shardings(jax.eval_shape(optimizer.init, abstract_params),
                                                              opt_shardings))

@@ -15,7 +15,6 @@ from absl import flags
 from models import checkpoint_import
 from models.config import T5Config
 from runner import checkpoints
-from runner import evaluate
 
 PARAMS_SUBDIR = "params"
 
@@ -28,7 +27,7 @@ def convert(hf_dir: str, out_dir: str) -> T5Config:
   config, params = checkpoint_import.load_hf_t5(hf_dir)
   os.makedirs(out_dir, exist_ok=True)
   checkpoints.save_params(params_dir, params)
-  evaluate.write_model_config(out_dir, config)
+  checkpoints.write_model_config(out_dir, config)
   return config
 
 
@@ -37,7 +36,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   config = convert(flags.FLAGS.hf_dir, flags.FLAGS.out)
   print(f"wrote {os.path.join(flags.FLAGS.out, PARAMS_SUBDIR)} and "
-        f"{os.path.join(flags.FLAGS.out, evaluate.CONFIG_FILE)} ({config})", flush=True)
+        f"{os.path.join(flags.FLAGS.out, checkpoints.CONFIG_FILE)} ({config})", flush=True)
 
 
 if __name__ == "__main__":

@@ -206,6 +206,8 @@ def preference_metric_fn(targets, scores) -> dict[str, float]:
   good = np.asarray([row[gold == 1][0] for row, gold in zip(s, y)])
   bad = np.asarray([row[gold == 0][0] for row, gold in zip(s, y)])
   out = _flatten("pairwise_accuracy", pairwise_accuracy(good, bad))
+  if not all("candidate_scores" in t for t in targets):  # comparisons without graded human scores
+    return out
   human = [np.asarray(t["candidate_scores"], np.float64) for t in targets]
   margins = np.asarray([h[gold == 1][0] - h[gold == 0][0] for h, gold in zip(human, y)])
   if len(set(margins.tolist())) > 1:

@@ -30,7 +30,7 @@ BATCH = 8
 
 def _save(directory, params):
   checkpoints.save_params(str(directory / "params"), params)
-  evaluate.write_model_config(str(directory), CONFIG)
+  checkpoints.write_model_config(str(directory), CONFIG)
   return str(directory)
 
 
@@ -196,12 +196,12 @@ def test_rejects_unknown_scorer_and_missing_config(tmp_path):
 
 
 def test_model_config_round_trips_and_rejects_unknown_fields(tmp_path):
-  evaluate.write_model_config(str(tmp_path), CONFIG)
-  assert evaluate.read_model_config(str(tmp_path)) == CONFIG
-  fields = json.loads((tmp_path / evaluate.CONFIG_FILE).read_text())
-  (tmp_path / evaluate.CONFIG_FILE).write_text(json.dumps({**fields, "colour": "red"}))
+  checkpoints.write_model_config(str(tmp_path), CONFIG)
+  assert checkpoints.read_model_config(str(tmp_path)) == CONFIG
+  fields = json.loads((tmp_path / checkpoints.CONFIG_FILE).read_text())
+  (tmp_path / checkpoints.CONFIG_FILE).write_text(json.dumps({**fields, "colour": "red"}))
   with pytest.raises(ValueError, match=r"t5_config.json: unknown T5Config field\(s\) \['colour'\]"):
-    evaluate.read_model_config(str(tmp_path))
+    checkpoints.read_model_config(str(tmp_path))
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from models import decoding
 from models.config import T5Config
 from models.network import init_params
 from runner import checkpoints
-from runner import evaluate
 from runner import infer
 from scripts import generate as generate_script
 from scripts import train as train_script
@@ -32,7 +31,7 @@ def model(tmp_path_factory):
   directory = tmp_path_factory.mktemp("ckpt")
   params = init_params(CONFIG, jax.random.PRNGKey(0))
   checkpoints.save_params(str(directory / "params"), params)
-  evaluate.write_model_config(str(directory), CONFIG)
+  checkpoints.write_model_config(str(directory), CONFIG)
   return str(directory), params
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from models.config import T5Config
+from runner import checkpoints
 from tests.conftest import PROJECT_ROOT
 from tests.runner.conftest import python_runner
 
@@ -131,6 +132,8 @@ def test_scripts_train_runs_a_gin_configured_run_on_the_quickstart_mixture(run_p
   assert "step 4/4  loss" in out and "tokens/s" in out and "stopped at step 4" in out
   assert _steps(tmp_path / "run") == [4]
   assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "run" / "train"))
+  # The architecture beside the checkpoints, for evaluation without a model gin file.
+  assert checkpoints.read_model_config(str(tmp_path / "run")) == TINY
 
 
 def test_initial_checkpoint_path_starts_from_a_params_only_checkpoint(tmp_path):

@@ -34,7 +34,7 @@ def test_converted_params_equal_the_imported_ones_exactly(converted):
   _, hf_dir, out, config = converted
   hf_config, hf_params = load_hf_t5(hf_dir)
   assert config == hf_config
-  assert evaluate.read_model_config(str(out)) == hf_config
+  assert checkpoints.read_model_config(str(out)) == hf_config
   restored = _flat(checkpoints.restore_params(str(out), hf_config))
   expected = _flat(hf_params)
   assert sorted(restored) == sorted(expected)
@@ -69,5 +69,5 @@ def test_command_line_writes_checkpoint_and_config(converted, tmp_path):
       cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
       env={**os.environ, "JAX_PLATFORMS": "cpu"})
   assert result.returncode == 0, result.stderr[-2000:]
-  assert evaluate.read_model_config(str(out)) == config
+  assert checkpoints.read_model_config(str(out)) == config
   assert os.path.isdir(out / "params")

@@ -110,3 +110,6 @@ def test_preference_metric_fn_spearman_on_margins():
   assert out["spearman"] == pytest.approx(stats.spearmanr(margins, [1, 2, 3, 4]).statistic)
   flat = [{"candidate_labels": [1, 0], "candidate_scores": [1.0, 0.0]}] * 4
   assert "spearman" not in metrics.preference_metric_fn(flat, scores)
+  ungraded = [{"candidate_labels": [1, 0]}] * 4  # comparisons with no human scores
+  assert metrics.preference_metric_fn(ungraded, scores) == {
+      k: v for k, v in out.items() if k.startswith("pairwise_accuracy")}
