@@ -107,6 +107,24 @@ def test_nucleus_never_leaves_top_p_set(logits, top_p, seed):
   assert set(np.asarray(draws).tolist()) <= set(np.flatnonzero(mask))
 
 
+@pytest.mark.parametrize("top_p", [0.0, 0.3, 0.9, 0.999, 1.0])
+def test_nucleus_over_a_full_vocabulary_matches_the_sorted_definition(top_p):
+  # T5's vocabulary size, peaked like a trained model's next-token distribution.
+  logits = np.random.default_rng(5).standard_normal((3, 32128)).astype(np.float32) * np.float32(4.0)
+  mask = np.asarray(nucleus_mask(jnp.asarray(logits), top_p))
+  for row, kept in zip(logits, mask):
+    probs = np.exp(row.astype(np.float64) - row.max())
+    probs /= probs.sum()
+    order = np.argsort(-probs, kind="stable")
+    mass_before = np.cumsum(probs[order]) - probs[order]  # no ties among random floats
+    # float32 masses decide tokens whose mass before them is within 1e-6 of top_p either way.
+    inside = set(order[mass_before < top_p - 1e-6].tolist()) | {int(np.argmax(row))}
+    outside = set(order[mass_before >= top_p + 1e-6].tolist()) if top_p < 1.0 else set()
+    chosen = set(np.flatnonzero(kept).tolist())
+    assert inside <= chosen and not chosen & outside
+    assert top_p < 1.0 or len(chosen) == row.size
+
+
 def _ties_at_edge(logits, allowed):
   # float32 softmax may round two nearly equal tokens to one probability; both are then kept.
   edge = min(logits[j] for j in allowed)
