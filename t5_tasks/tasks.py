@@ -52,8 +52,8 @@ QUICKSTART_FILES = {
     # dialogs (JSON lines of {"id", "conversation"}) for training.
     "dialogs": {"train": "timedial_test.json"},
     "asq": {"train": "asq_train.json", "test": "asq_test.json"},
-    "asq_annotations": {"first": "asq_annotation_first.json",
-                        "second": "asq_annotation_second.json"},
+    "asq_annotations": {"first": "asq_human_annotation_first.json",
+                        "second": "asq_human_annotation_second.json"},
     "summarize_feedback": {"all": "summarize_comparisons.jsonl"},
     "heap/turingadvice": {"all": "turingadvice_eval.jsonl"},
     "heap/tellmewhy": {"all": "tellmewhy_test_caters_sample.csv"},

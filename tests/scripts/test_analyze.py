@@ -50,7 +50,7 @@ def test_asq_with_system_predictions_on_quickstart(capsys, tmp_path):
                                f"--predictions=first={predictions}")
   assert analysis["system_accuracy"]["first"]["value"] == pytest.approx(
       sum(r["label"] == 0 for r in raw) / len(raw))
-  annotations = json.load(open(DATA / "asq_annotation_first.json"))
+  annotations = json.load(open(DATA / "asq_human_annotation_first.json"))
   correct = sum(a["true_label"] == a["annotated_label"] for a in annotations)
   assert analysis["human_accuracy"]["first"]["value"] == pytest.approx(correct / len(annotations))
   assert "Cohen's kappa" in console and "first" in analysis["by_pair_type"]

@@ -140,8 +140,8 @@ def _run_baseline(tmp_path, *args) -> dict:
 def test_run_baseline_asq_writes_evaluation_outputs(tmp_path):
   run = _run_baseline(tmp_path, "--baseline=asq_similarity", f"--train_file={DATA / 'asq_train.json'}",
                       f"--eval_file={DATA / 'asq_test.json'}",
-                      f"--annotation_files={DATA / 'asq_annotation_first.json'},"
-                      f"{DATA / 'asq_annotation_second.json'}")
+                      f"--annotation_files={DATA / 'asq_human_annotation_first.json'},"
+                      f"{DATA / 'asq_human_annotation_second.json'}")
   raw = json.load(open(DATA / "asq_test.json"))
   assert [p["id"] for p in run["predictions"]] == [r["id"] for r in raw]
   # A tie between the two questions is a coin flip: half credit.

@@ -53,7 +53,7 @@ CASES = {
     "asq": (asq.read_asq, True, _first("asq_test.json"), [
         (("id",), "str", False), (("narrative",), "str", False), (("qn1",), "str", False),
         (("qn2",), "str", False), (("label",), "int", False)]),
-    "asq_annotation": (asq.read_asq_annotations, True, _first("asq_annotation_first.json"), [
+    "asq_annotation": (asq.read_asq_annotations, True, _first("asq_human_annotation_first.json"), [
         (("id",), "str", False), (("true_label",), "numstr", False), (("annotated_label",), "numstr", False),
         (("true_qn_type",), "numstr", False), (("paired_qn_type",), "numstr", False)]),
     "reddit_advice": (reddit_advice.read_reddit_advice, False, _first("reddit_advice_2019.jsonl"), [

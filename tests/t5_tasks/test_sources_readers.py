@@ -39,7 +39,7 @@ def test_asq_quickstart_matches_raw_items(name):
 
 def test_asq_quickstart_annotations_refer_to_test_items():
   test_ids = {r["id"] for r in json.loads((DATA / "asq_test.json").read_text())}
-  for name in ("asq_annotation_first.json", "asq_annotation_second.json"):
+  for name in ("asq_human_annotation_first.json", "asq_human_annotation_second.json"):
     raw = json.loads((DATA / name).read_text())
     annotations, _ = asq.read_asq_annotations(DATA / name)
     assert len(annotations) == len(raw) and {a.id for a in annotations} <= test_ids

@@ -27,9 +27,9 @@ def test_asq_builds_from_quickstart_and_reads_back(tmp_path):
   examples = list(tfds.as_numpy(builder.as_dataset(split="test")))
   assert len(examples) == len(raw["test"])
   by_id = {e["id"].decode(): e for e in examples}
-  first_round = json.loads((DATA / "asq_annotation_first.json").read_text())
-  expected_types = asq.pair_types_by_id(asq.read_asq_annotations(DATA / "asq_annotation_first.json")[0],
-                                        asq.read_asq_annotations(DATA / "asq_annotation_second.json")[0])
+  first_round = json.loads((DATA / "asq_human_annotation_first.json").read_text())
+  expected_types = asq.pair_types_by_id(asq.read_asq_annotations(DATA / "asq_human_annotation_first.json")[0],
+                                        asq.read_asq_annotations(DATA / "asq_human_annotation_second.json")[0])
   for r in raw["test"]:
     e = by_id[r["id"]]
     assert e["label"] == r["label"] and [q.decode() for q in e["questions"]] == [r["qn1"], r["qn2"]]

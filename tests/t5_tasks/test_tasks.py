@@ -134,7 +134,7 @@ def test_counts_match_the_raw_files():
 
 def test_asq_labels_and_pair_types_follow_the_files():
   items = {x["id"]: x for x in json.loads((tasks.QUICKSTART_DIR / "asq_test.json").read_text())}
-  first = json.loads((tasks.QUICKSTART_DIR / "asq_annotation_first.json").read_text())
+  first = json.loads((tasks.QUICKSTART_DIR / "asq_human_annotation_first.json").read_text())
   for ex in task_examples("asq_intent_cloze", "test"):
     item = items[ex["id"].decode()]
     assert ex["inputs_pretokenized"].decode() == item["narrative"]
