@@ -42,32 +42,36 @@ def _word(rng, length):
   return "".join(rng.choices(string.ascii_lowercase, k=length))
 
 
-def cloze_items():
-  """`the qzx is blue.` (a random noun) with the four colours, shuffled, as candidates."""
+def _splits(name, make_item):
+  """{split: [make_item(rng, split, i) for each item]}, each split drawn from its own seeded rng."""
   out = {}
   for split, count in SIZES.items():
-    rng = random.Random(f"cloze/{split}")
-    out[split] = []
-    for i in range(count):
-      answer = COLOURS[i % len(COLOURS)]
-      candidates = rng.sample(COLOURS, len(COLOURS))
-      out[split].append(dict(id=f"{split}/{i}", inputs=f"the {_word(rng, 3 + i % 3)} is {answer}.",
-                             candidates=candidates, candidate_labels=[int(c == answer) for c in candidates]))
+    rng = random.Random(f"{name}/{split}")
+    out[split] = [dict(make_item(rng, i), id=f"{split}/{i}") for i in range(count)]
   return out
+
+
+def _cloze_item(rng, i):
+  """`the qzx is blue.` (a random noun) with the four colours, shuffled, as candidates."""
+  answer = COLOURS[i % len(COLOURS)]
+  candidates = rng.sample(COLOURS, len(COLOURS))
+  return dict(inputs=f"the {_word(rng, 3 + i % 3)} is {answer}.", candidates=candidates,
+              candidate_labels=[int(c == answer) for c in candidates])
+
+
+def _preference_item(rng, i):
+  """Good: the context's random word; bad: another random word of the same length."""
+  good, bad = _word(rng, 3 + i % 3), _word(rng, 3 + i % 3)
+  return dict(instruction="Repeat the word.", context_labels=["word"], context_texts=[good],
+              candidates=[good, bad], candidate_labels=[1, 0], candidate_scores=[1.0, 0.0])
+
+
+def cloze_items():
+  return _splits("cloze", _cloze_item)
 
 
 def preference_items():
-  """Good: the context's random word; bad: another random word of the same length."""
-  out = {}
-  for split, count in SIZES.items():
-    rng = random.Random(f"preference/{split}")
-    out[split] = []
-    for i in range(count):
-      good, bad = _word(rng, 3 + i % 3), _word(rng, 3 + i % 3)
-      out[split].append(dict(id=f"{split}/{i}", instruction="Repeat the word.", context_labels=["word"],
-                             context_texts=[good], candidates=[good, bad], candidate_labels=[1, 0],
-                             candidate_scores=[1.0, 0.0]))
-  return out
+  return _splits("preference", _preference_item)
 
 
 @pytest.fixture(scope="module", autouse=True)
