@@ -82,10 +82,13 @@ def best_of_n_kl(n: int) -> float:
 
 def best_of_n(config: T5Config, params, reward_config: T5Config, reward_params, input_ids, rng, *, n, max_length,
               top_p=0.95, temperature=1.0, eos_id=1):
-  """Samples n responses per input and keeps the one the reward model scores highest."""
+  """Samples n responses per input and keeps the one the reward model scores highest.
+
+  Returns `tokens` [B, T] (the best), `samples` [B, n, T], `rewards` [B, n], `best` [B] and `kl`.
+  """
   samples = sample(config, params, input_ids, rng, max_length=max_length, num_samples=n,
                    temperature=temperature, top_p=top_p, eos_id=eos_id)
   rewards = reward(reward_config, reward_params, input_ids, samples)
   best = jnp.argmax(rewards, axis=-1)
   tokens = jnp.take_along_axis(samples, best[:, None, None], axis=1)[:, 0]
-  return {"tokens": tokens, "rewards": rewards, "best": best, "kl": best_of_n_kl(n)}
+  return {"tokens": tokens, "samples": samples, "rewards": rewards, "best": best, "kl": best_of_n_kl(n)}

@@ -58,9 +58,3 @@ def listwise_loss(rewards, labels, mask=None):
   target = target / jnp.maximum(target.sum(axis=-1, keepdims=True), 1e-9)
   return -jnp.mean(jnp.sum(target * jnp.where(mask, log_probs, 0.0), axis=-1))
 
-
-def normalize_reward_head(config: T5Config, params, reference_input_ids, reference_response_ids):
-  """Parameters whose rewards on the reference set have mean 0 (the head's bias absorbs the offset)."""
-  offset = jnp.mean(reward(config, params, reference_input_ids, reference_response_ids))
-  head = dict(params[HEAD], bias=params[HEAD]["bias"] - offset)
-  return {**params, HEAD: head}

@@ -1,6 +1,7 @@
-"""Orbax checkpoints of a training run, restorable onto any mesh, and a clean exit on SIGTERM.
+"""Checkpoints: the one loader of parameters, a training run's orbax checkpoints, a clean exit on SIGTERM.
 
-A run's checkpoints live in `MODEL_DIR/checkpoints/<step>/` with three items: `params` and
+`load_params` is how train (INITIAL_CHECKPOINT_PATH), evaluate, infer and serve read parameters,
+whatever the format, with one architecture check. A run's checkpoints live in `MODEL_DIR/checkpoints/<step>/` with three items: `params` and
 `opt_state` (orbax StandardSave, one file set per array, written by every host for its shards)
 and `data` (JSON: the data position to resume from). A params-only checkpoint (`save_params`, as
 scripts/convert_checkpoint.py writes) is a plain orbax PyTree directory. Restoring reads the
@@ -13,19 +14,25 @@ import os
 import signal
 import threading
 
+import flax.traverse_util
 import jax
 import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 from jax.sharding import SingleDeviceSharding
 
+from models import checkpoint_import
+from models import reward as reward_lib
 from models.config import T5Config
+from models.network import init_params
 from runner import outputs
 from runner import partitioning
 
 CHECKPOINTS_SUBDIR = "checkpoints"
 _ITEMS = ("params", "opt_state", "data")
 CONFIG_FILE = "t5_config.json"  # the T5Config beside a converted or trained checkpoint
+RUN_FIELDS = ("dtype", "dropout_rate")  # T5Config fields a run chooses; every other one is the checkpoint's
+ARCHITECTURE_FIELDS = tuple(f.name for f in dataclasses.fields(T5Config) if f.name not in RUN_FIELDS)
 
 
 def checkpoint_manager(model_dir, keep=3, read_only=False) -> ocp.CheckpointManager:
@@ -65,7 +72,7 @@ def save_params(directory, params):
   checkpointer.wait_until_finished()
 
 
-def _params_location(checkpoint_dir):
+def _params_location(checkpoint_dir) -> str:
   """The params directory inside a model dir, a checkpoints dir, a step dir or a params-only dir."""
   path = os.path.abspath(checkpoint_dir)
   if not os.path.isdir(path):
@@ -85,20 +92,88 @@ def _params_location(checkpoint_dir):
                           "a checkpoints/ subdirectory, or a params-only checkpoint)")
 
 
-def restore_params(checkpoint_dir, config: T5Config, mesh=None, rules=partitioning.STANDARD_LOGICAL_AXIS_RULES):
-  """Parameters of the latest checkpoint in `checkpoint_dir`, sharded for `mesh` (None: one device).
+def _saved_config(location: str) -> T5Config | None:
+  """The t5_config.json nearest above a params directory: MODEL_DIR/checkpoints/<step>/params
+  finds MODEL_DIR's, a converted OUT/params finds OUT's."""
+  directory = location
+  for _ in range(4):
+    config = read_model_config(directory)
+    if config is not None:
+      return config
+    directory = os.path.dirname(directory)
+  return None
 
-  Accepts a MODEL_DIR, its checkpoints/ directory, one step directory, or a params-only checkpoint.
+
+def is_hf_checkpoint(path) -> bool:
+  """A Hugging Face directory is one with a config.json (its weights must then be safetensors)."""
+  return "://" not in str(path) and os.path.isfile(os.path.join(path, "config.json"))
+
+
+def agreed_config(path, saved: T5Config | None, configured: T5Config | None) -> T5Config:
+  """The run's T5Config, after checking every architecture field of the checkpoint against it.
+
+  A checkpoint that records its architecture (a Hugging Face config.json, or t5_config.json
+  beside an orbax checkpoint) must agree with the configured MODEL_CONFIG in every field but the
+  run's own choices (RUN_FIELDS); the configured run choices apply.
   """
-  location = _params_location(checkpoint_dir)
-  checkpointer = ocp.StandardCheckpointer()
-  shapes = checkpointer.metadata(location).item_metadata.tree
+  if saved is None and configured is None:
+    raise ValueError(f"{path}: no {CONFIG_FILE} beside the checkpoint; include a model gin file "
+                     "(gin/models/t5_1_1/*.gin) so that MODEL_CONFIG describes it")
+  if saved is None or configured is None:
+    return saved or configured
+  mismatched = [f"{name}: checkpoint {getattr(saved, name)!r}, MODEL_CONFIG {getattr(configured, name)!r}"
+                for name in ARCHITECTURE_FIELDS if getattr(saved, name) != getattr(configured, name)]
+  if mismatched:
+    raise ValueError(f"checkpoint {path} does not match MODEL_CONFIG: " + "; ".join(mismatched))
+  return configured
+
+
+def _check_shapes(path, shapes, config: T5Config) -> None:
+  """Every transformer parameter of `config` is in the checkpoint with its shape (a reward head may be too)."""
+  expected = flax.traverse_util.flatten_dict(jax.eval_shape(lambda: init_params(config, jax.random.PRNGKey(0))),
+                                             sep="/")
+  found = {name: leaf for name, leaf in flax.traverse_util.flatten_dict(shapes, sep="/").items()
+           if not name.startswith(reward_lib.HEAD)}
+  # Shapes first: a wrong width shows in every layer, a wrong depth only in the last ones.
+  problems = [f"{name}: shape {tuple(found[name].shape)}, MODEL_CONFIG needs {tuple(expected[name].shape)}"
+              for name in sorted(set(found) & set(expected))
+              if tuple(found[name].shape) != tuple(expected[name].shape)]
+  problems += [f"{name}: missing" for name in sorted(set(expected) - set(found))]
+  problems += [f"{name}: not a parameter of MODEL_CONFIG" for name in sorted(set(found) - set(expected))]
+  if problems:
+    shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+    raise ValueError(f"checkpoint {path} does not fit MODEL_CONFIG: {shown}")
+
+
+def placement(tree, config: T5Config, mesh=None, rules=partitioning.STANDARD_LOGICAL_AXIS_RULES):
+  """Shardings for a parameter tree: by the logical-axis rules on `mesh`, else this host's first device."""
   if mesh is None:
     single = SingleDeviceSharding(jax.local_devices()[0])
-    shardings = jax.tree.map(lambda _: single, shapes)
-  else:
-    shardings = partitioning.param_shardings(shapes, config, mesh, rules)
-  return checkpointer.restore(location, partitioning.with_shardings(shapes, shardings))
+    return jax.tree.map(lambda _: single, tree)
+  return partitioning.param_shardings(tree, config, mesh, rules)
+
+
+def load_params(path, model_config: T5Config | None = None, mesh=None,
+                rules=partitioning.STANDARD_LOGICAL_AXIS_RULES) -> tuple[T5Config, dict]:
+  """(T5Config, params) of any checkpoint this project reads, placed on `mesh` (None: one device).
+
+  `path` is a training run's MODEL_DIR (its latest step), its checkpoints/ directory, one step
+  directory, a params-only orbax checkpoint (scripts/convert_checkpoint.py) or a Hugging Face
+  directory (config.json + *.safetensors). The architecture is the checkpoint's recorded one
+  checked against `model_config` (gin MODEL_CONFIG) by `agreed_config`, and the parameter shapes
+  against the result; a reward head, when present, comes along.
+  """
+  if is_hf_checkpoint(path):
+    saved, params = checkpoint_import.load_hf_t5(path)
+    config = agreed_config(path, saved, model_config)
+    return config, jax.device_put(params, placement(params, config, mesh, rules))
+  location = _params_location(path)
+  config = agreed_config(path, _saved_config(location), model_config)
+  checkpointer = ocp.StandardCheckpointer()
+  shapes = checkpointer.metadata(location).item_metadata.tree
+  _check_shapes(path, shapes, config)
+  target = partitioning.with_shardings(shapes, placement(shapes, config, mesh, rules))
+  return config, checkpointer.restore(location, target)
 
 
 class PreemptionGuard:

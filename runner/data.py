@@ -13,6 +13,7 @@ segment ids, so packed rows would attend across examples). Cloze and preference 
 
 seqio and TensorFlow are imported inside the functions: the rest of runner/ runs without them.
 """
+import difflib
 import itertools
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -113,6 +114,29 @@ def example_metadata(example: Mapping[str, Any]) -> dict:
   return out
 
 
+def get_provider(name: str):
+  """The registered seqio task or mixture `name`; an unknown name is an error listing close names."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  known = set(seqio.TaskRegistry.names()) | set(seqio.MixtureRegistry.names())
+  if name not in known:
+    close = difflib.get_close_matches(name, sorted(known), n=6, cutoff=0.6)
+    hint = f"close names: {', '.join(close)}" if close else "no close name"
+    raise ValueError(f"unknown task or mixture {name!r} ({hint}; {len(known)} are registered, "
+                     "t5_tasks/tasks.py and t5_tasks/mixtures.py list them)")
+  return seqio.get_mixture_or_task(name)
+
+
+def mixture_rates(name: str) -> list[tuple[str, float]]:
+  """(task name, share of the examples it contributes) of a mixture, or [(task, 1.0)] for a task."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  provider = get_provider(name)
+  if not isinstance(provider, seqio.Mixture):
+    return [(provider.name, 1.0)]
+  rates = [(task.name, float(provider.get_rate(task))) for task in provider.tasks]
+  total = sum(rate for _, rate in rates) or 1.0
+  return [(task, rate / total) for task, rate in rates]
+
+
 def _chunks(iterator, size):
   while chunk := list(itertools.islice(iterator, size)):
     yield chunk
@@ -123,16 +147,17 @@ def _lengths(feature_lengths):
 
 
 def train_batches(mixture_or_task_name: str, feature_lengths: Mapping[str, int], batch_size: int, *,
-                  objective="cross_entropy", split="train", seed=0, start_step=0,
+                  candidates=False, split="train", seed=0, start_step=0,
                   use_cached=False) -> Iterator[dict[str, np.ndarray]]:
   """Endless training batches of this host's rows, from batch number `start_step` on.
 
-  `cross_entropy` batches hold `input_ids` [B, L] and `target_ids` [B, T]; reward objectives
-  get candidate arrays. `batch_size` is global; each host yields batch_size / process_count rows.
+  Token batches hold `input_ids` [B, L] and `target_ids` [B, T]; with `candidates` (reward
+  objectives) they are candidate arrays. `batch_size` is global; each host yields
+  batch_size / process_count rows.
   """
   import seqio  # pylint: disable=g-import-not-at-top
   rows = partitioning.host_batch_size(batch_size)
-  if objective == "cross_entropy":
+  if not candidates:
     dataset = seqio.get_dataset(
         mixture_or_task_name, dict(feature_lengths), seqio.EncDecFeatureConverter(pack=False),
         dataset_split=split, use_cached=use_cached, shuffle=True, num_epochs=None,
@@ -141,7 +166,7 @@ def train_batches(mixture_or_task_name: str, feature_lengths: Mapping[str, int],
     for batch in dataset.as_numpy_iterator():
       yield {"input_ids": batch["encoder_input_tokens"], "target_ids": batch["decoder_target_tokens"]}
     return
-  provider = seqio.get_mixture_or_task(mixture_or_task_name)
+  provider = get_provider(mixture_or_task_name)
   dataset = provider.get_dataset(dict(feature_lengths), split, use_cached=use_cached, shuffle=True,
                                  seed=seed, shard_info=_shard_info(), num_epochs=None)
   dataset = dataset.skip(start_step * rows)
@@ -157,8 +182,7 @@ def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, 
   shapes for jit): the last one is padded, and `example_mask` [B] marks the real rows.
   Metadata holds every non-token feature (id, *_pretokenized texts, candidate_rules, ...).
   """
-  import seqio  # pylint: disable=g-import-not-at-top
-  task = seqio.get_mixture_or_task(task_name)
+  task = get_provider(task_name)
   dataset = task.get_dataset(dict(feature_lengths), split, use_cached=use_cached, shuffle=False, num_epochs=1)
   for chunk in _chunks(dataset.as_numpy_iterator(), batch_size):
     real = len(chunk)

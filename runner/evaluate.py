@@ -8,17 +8,13 @@ the items already written when run again; metrics are computed from the finished
 task's own seqio score metric functions (95% bootstrap intervals), so a resumed run and an
 uninterrupted one give the same `metrics.json`.
 """
-import dataclasses
-import glob
 import json
 import os
-import time
 
 import jax
 import numpy as np
 from absl import logging
 
-from models import checkpoint_import
 from models import reward as reward_lib
 from models import scoring
 from models.config import T5Config
@@ -27,89 +23,44 @@ from runner import data
 from runner import outputs
 from runner import partitioning
 from runner import report
+from runner.progress import Progress
 
 SETTINGS_FILE = "evaluation.json"  # what an output directory holds, checked before resuming
-SCORERS = ("likelihood", "reward")
-_RUN_FIELDS = ("dtype", "dropout_rate")  # T5Config fields a run may choose; the rest is the checkpoint's
 
 
-def is_hf_checkpoint(path: str) -> bool:
-  return os.path.isfile(os.path.join(path, "config.json")) and bool(
-      glob.glob(os.path.join(path, "*.safetensors")))
+def _likelihood_scorer(config: T5Config, length_normalize: bool):
+  def score(params, inputs, candidates):
+    return scoring.score_candidates(config, params, inputs, candidates, length_normalize=length_normalize)
+  return score
 
 
-def _agreed_config(checkpoint_path: str, saved: T5Config | None, model_config: T5Config | None) -> T5Config:
-  """The run's config, after checking that it describes the checkpoint's architecture."""
-  if saved is None and model_config is None:
-    raise ValueError(f"{checkpoint_path}: no {checkpoints.CONFIG_FILE} beside the checkpoint; include a model "
-                     "gin file (gin/models/t5_1_1/*.gin) so that MODEL_CONFIG describes it")
-  if saved is None or model_config is None:
-    return saved or model_config
-  names = [f.name for f in dataclasses.fields(T5Config) if f.name not in _RUN_FIELDS]
-  mismatched = [f"{name}: checkpoint {getattr(saved, name)!r}, MODEL_CONFIG {getattr(model_config, name)!r}"
-                for name in names if getattr(saved, name) != getattr(model_config, name)]
-  if mismatched:
-    raise ValueError(f"CHECKPOINT_PATH {checkpoint_path} does not match MODEL_CONFIG: "
-                     + "; ".join(mismatched))
-  return model_config
+def _reward_scorer(config: T5Config, length_normalize: bool):
+  del length_normalize  # a reward is one number per response
+  def score(params, inputs, candidates):
+    if reward_lib.HEAD not in params:
+      raise ValueError(f"SCORER='reward' needs a reward model; the checkpoint has no '{reward_lib.HEAD}' parameters")
+    return reward_lib.reward(config, params, inputs, candidates)
+  return score
 
 
-def load_checkpoint(checkpoint_path: str, model_config: T5Config | None = None, mesh=None,
-                    rules=partitioning.STANDARD_LOGICAL_AXIS_RULES):
-  """(T5Config, params) from a Hugging Face directory or an orbax checkpoint.
+# Every scorer, by its gin name (SCORER): make(config, length_normalize) -> fn(params, input_ids
+# [B, L], candidate_ids [B, K, T]) -> scores [B, K]. Adding one is adding an entry.
+SCORERS = {"likelihood": _likelihood_scorer, "reward": _reward_scorer}
 
-  The architecture comes from the checkpoint (a Hugging Face config.json, or `t5_config.json`
-  beside an orbax checkpoint) or from `model_config` (gin MODEL_CONFIG); when both exist they
-  must agree, and MODEL_CONFIG's run choices (activation dtype) apply. Params land on one device,
-  or sharded over `mesh`.
-  """
-  params = None
-  if is_hf_checkpoint(checkpoint_path):
-    saved, params = checkpoint_import.load_hf_t5(checkpoint_path)
-  else:
-    saved = checkpoints.read_model_config(checkpoint_path)
-  config = _agreed_config(checkpoint_path, saved, model_config)
-  if params is None:
-    return config, checkpoints.restore_params(checkpoint_path, config, mesh, rules)
+
+def make_score_fn(config: T5Config, scorer: str, length_normalize: bool, mesh=None,
+                  rules=partitioning.STANDARD_LOGICAL_AXIS_RULES):
+  """fn(params, input_ids [B, L], candidate_ids [B, K, T]) -> scores [B, K] (numpy), run on `mesh`."""
+  if scorer not in SCORERS:
+    raise ValueError(f"SCORER must be one of {sorted(SCORERS)}, got {scorer!r}")
+  score = SCORERS[scorer](config, length_normalize)
   if mesh is None:
-    return config, jax.device_put(params, jax.local_devices()[0])
-  return config, jax.device_put(params, partitioning.param_shardings(params, config, mesh, rules))
+    return lambda params, inputs, candidates: np.asarray(score(params, inputs, candidates))
 
-
-def make_score_fn(config: T5Config, scorer: str, length_normalize: bool):
-  """fn(params, input_ids [B, L], candidate_ids [B, K, T]) -> scores [B, K] (numpy)."""
-  if scorer == "likelihood":
-    return lambda params, inputs, candidates: np.asarray(scoring.score_candidates(
-        config, params, inputs, candidates, length_normalize=length_normalize))
-  if scorer == "reward":
-    def reward_fn(params, inputs, candidates):
-      if reward_lib.HEAD not in params:
-        raise ValueError(f"SCORER='reward' needs a reward model; the checkpoint has no "
-                         f"'{reward_lib.HEAD}' parameters")
-      return np.asarray(reward_lib.reward(config, params, inputs, candidates))
-    return reward_fn
-  raise ValueError(f"SCORER must be one of {SCORERS}, got {scorer!r}")
-
-
-class Progress:
-  """Logs items done, items/s and the estimated time left, at most every `every_s` seconds."""
-
-  def __init__(self, label: str, total: int | None, every_s: float = 10.0):
-    self.label, self.total, self.every_s = label, total, every_s
-    self.done = self.scored = 0
-    self._start = self._last = time.monotonic()
-
-  def update(self, done: int, scored: int) -> None:
-    self.done += done
-    self.scored += scored
-    now = time.monotonic()
-    if now - self._last >= self.every_s or (self.total is not None and self.done >= self.total):
-      self._last = now
-      rate = self.scored / max(now - self._start, 1e-9)
-      left = "" if self.total is None or rate == 0 else (
-          f", ETA {max(self.total - self.done, 0) / rate:.0f}s")
-      of_total = "" if self.total is None else f"/{self.total}"
-      logging.info("%s: %d%s items, %.1f items/s%s", self.label, self.done, of_total, rate, left)
+  def score_on_mesh(params, inputs, candidates):
+    with partitioning.activate(mesh, rules):
+      return np.asarray(score(params, inputs, candidates))
+  return score_on_mesh
 
 
 def item_record(task: str, item_id: str, metadata: dict, scores, labels, mask) -> dict:
@@ -121,28 +72,35 @@ def item_record(task: str, item_id: str, metadata: dict, scores, labels, mask) -
   return {**record, **{k: v for k, v in metadata.items() if k not in record}}
 
 
+def distinct_ids(ids, occurrences: dict[str, int]) -> list[str]:
+  """The ids as written to predictions.jsonl: an id seen before (counted in `occurrences`, updated
+  here) becomes "id#1", "id#2", ..., so that resuming can tell repeated items apart."""
+  out = []
+  for item_id in map(str, ids):
+    seen = occurrences.get(item_id, 0)
+    occurrences[item_id] = seen + 1
+    out.append(f"{item_id}#{seen}" if seen else item_id)
+  return out
+
+
 def score_task(task_name: str, split: str, feature_lengths, batch_size: int, score_fn, params,
                appender: outputs.PredictionsAppender, total: int | None = None, mesh=None,
-               rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached=False) -> int:
+               rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached=False,
+               progress_every_s: float = 10.0) -> int:
   """Scores the items of one task not yet in `appender`; returns how many it wrote.
 
   Items must be told apart for resuming: a repeated id keeps it the first time and becomes
   "id#1", "id#2", ... on later occurrences, in the task's fixed order.
   """
-  progress = Progress(task_name, total)
+  progress = Progress(task_name, total, "items")
   occurrences: dict[str, int] = {}
   written = 0
   for metadata, batch in data.candidate_batches(task_name, split, feature_lengths, batch_size,
                                                   use_cached=use_cached):
-    ids = []
-    for item in metadata:
-      item_id = str(item["id"])
-      seen = occurrences.get(item_id, 0)
-      occurrences[item_id] = seen + 1
-      ids.append(f"{item_id}#{seen}" if seen else item_id)
+    ids = distinct_ids([item["id"] for item in metadata], occurrences)
     todo = [(task_name, item_id) not in appender.done for item_id in ids]
     if not any(todo):
-      progress.update(len(metadata), 0)
+      progress.advance(len(metadata))
       continue
     arrays = dict(zip(("input_ids", "candidate_ids"),
                       data.trim_padding(batch["input_ids"], batch["candidate_ids"])))
@@ -154,7 +112,12 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
         appender.write(item_record(task_name, ids[i], item, scores[i], batch["candidate_labels"][i],
                                    batch["candidate_mask"][i]))
         written += 1
-    progress.update(len(metadata), sum(todo))
+    progress.advance(len(metadata), int(np.count_nonzero(arrays["input_ids"]))
+                     + int(np.count_nonzero(arrays["candidate_ids"])))
+    if progress.seconds_since_report() >= progress_every_s:
+      progress.report()
+  if progress.done:
+    progress.report()
   return written
 
 
@@ -195,14 +158,14 @@ def candidate_tasks(mixture_or_task_name: str, split: str):
   """The tasks to score: those of the mixture (or the task) that have `split` and score metrics."""
   import seqio  # pylint: disable=g-import-not-at-top  # runner must import without TensorFlow
 
-  provider = seqio.get_mixture_or_task(mixture_or_task_name)
+  provider = data.get_provider(mixture_or_task_name)
   tasks = provider.tasks if isinstance(provider, seqio.Mixture) else [provider]
   chosen = []
   for task in tasks:
     if split not in task.splits:
-      logging.info("skipping %s: it has no %r split (it has %s)", task.name, split, task.splits)
+      print(f"skipping {task.name}: it has no {split!r} split (it has {', '.join(task.splits)})")
     elif not task.score_metric_fns:
-      logging.info("skipping %s: it has no score metric (a generation task)", task.name)
+      print(f"skipping {task.name}: it has no score metric (a generation task)")
     else:
       chosen.append(task)
   if not chosen:
@@ -227,33 +190,37 @@ def _check_settings(output_dir: str, settings: dict) -> None:
 def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path: str, output_dir: str,
              batch_size: int = 32, split: str = "test", length_normalize: bool = True,
              scorer: str = "likelihood", model_config: T5Config | None = None, mesh_shape=(-1, 1),
-             logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached_tasks=False) -> dict:
+             logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached_tasks=False,
+             run_config: str | None = None) -> dict:
   """Scores a task or mixture with a checkpoint; writes predictions, metrics.json and report.html.
 
   Returns the metrics (`{task: {metric: {"value", "low", "high"}}}`). Runs on one host, the
-  model and batches sharded over its devices by `mesh_shape` (data, model) and the rules.
-  scripts/evaluate.py calls it through gin (gin/runs/eval.gin).
+  model and batches sharded over its devices by `mesh_shape` (data, model) and the rules, every
+  scoring call inside the mesh and the rules. `run_config` (the gin configuration's text) is
+  written to `output_dir/config.gin`. scripts/evaluate.py calls it through gin (gin/runs/eval.gin).
   """
   if scorer not in SCORERS:
-    raise ValueError(f"SCORER must be one of {SCORERS}, got {scorer!r}")
+    raise ValueError(f"SCORER must be one of {sorted(SCORERS)}, got {scorer!r}")
   if jax.process_count() > 1:
     raise ValueError("offline evaluation runs on one host; start it on a single process")
   mesh = partitioning.create_mesh(*mesh_shape, devices=jax.local_devices())
-  rules = tuple(tuple(rule) for rule in logical_axis_rules)
+  rules = partitioning.as_rules(logical_axis_rules)
   if batch_size % mesh.shape["data"]:
     raise ValueError(f"BATCH_SIZE {batch_size} is not divisible by the mesh's data axis "
                      f"({mesh.shape['data']})")
   settings = {"mixture_or_task_name": mixture_or_task_name, "split": split, "scorer": scorer,
               "length_normalize": bool(length_normalize), "checkpoint_path": os.path.abspath(checkpoint_path),
               "task_feature_lengths": dict(task_feature_lengths)}
+  tasks = candidate_tasks(mixture_or_task_name, split)
   os.makedirs(output_dir, exist_ok=True)
   _check_settings(output_dir, settings)
-  config, params = load_checkpoint(checkpoint_path, model_config, mesh, rules)
-  score_fn = make_score_fn(config, scorer, length_normalize)
-  tasks = candidate_tasks(mixture_or_task_name, split)
+  if run_config is not None:
+    outputs.write_run_config(output_dir, run_config)
+  config, params = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)
+  score_fn = make_score_fn(config, scorer, length_normalize, mesh, rules)
   with outputs.PredictionsAppender(output_dir) as appender:
     if appender.done:
-      logging.info("resuming: %d items already in %s", len(appender.done), appender.path)
+      print(f"resuming: {len(appender.done)} items already in {appender.path}", flush=True)
     for task in tasks:
       score_task(task.name, split, task_feature_lengths, batch_size, score_fn, params, appender,
                  total=task.num_input_examples(split), mesh=mesh, rules=rules,
@@ -270,5 +237,5 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
            + (", length-normalised" if scorer == "likelihood" and length_normalize else "")]
   html_path = report.write_report(output_dir, title=f"Evaluation of {mixture_or_task_name}",
                                   metrics=metrics, tables=[counts], notes=notes)
-  logging.info("wrote %s, %s and %s", path, os.path.join(output_dir, outputs.METRICS_FILE), html_path)
+  print(f"wrote {path}, {os.path.join(output_dir, outputs.METRICS_FILE)} and {html_path}", flush=True)
   return metrics

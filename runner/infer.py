@@ -1,23 +1,28 @@
 """Inference: advice generated with nucleus sampling, to JSON lines or through a Python callable.
 
+With a reward model (`reward_checkpoint_path`), each input gets best-of-N: N samples, each
+scored by the reward model, the best kept (Stiennon et al. 2020, §4.1; KL = log N − (N−1)/N).
+
 Inputs come either from a generation task (its seqio preprocessors build the model inputs) or
 from a JSON lines file of situations (`title`, `selftext`, `subreddit`, optional `id` and
 `created_utc`). Situations become text through `format_inputs`, a function handed in by the
 scripts layer (runner cannot import t5_tasks): `scripts.generate.situation_formatter` wraps the
 advice task's own formatting, so served and evaluated inputs look alike.
 """
+import contextlib
 import json
-import time
 from typing import Callable, Sequence
 
 import jax
 import numpy as np
-from absl import logging
 
 from models import decoding
+from models import reward as reward_lib
 from models.config import T5Config
-from runner import evaluate
+from runner import checkpoints
 from runner import outputs
+from runner import partitioning
+from runner.progress import Progress
 
 SITUATION_FIELDS = ("title", "selftext", "subreddit")
 
@@ -41,27 +46,41 @@ def decode_tokens(vocabulary, tokens: np.ndarray) -> str:
 
 
 def generate(config: T5Config, params, vocabulary, input_ids: np.ndarray, rng, *, max_length: int,
-             batch_size: int, num_samples: int = 1, top_p: float = 0.95,
-             temperature: float = 1.0) -> list[list[str]]:
-  """num_samples texts per row of input_ids [N, L], sampled in batches of batch_size rows.
+             batch_size: int, num_samples: int = 1, top_p: float = 0.95, temperature: float = 1.0,
+             reward_model: tuple[T5Config, dict] | None = None, mesh=None,
+             rules=partitioning.STANDARD_LOGICAL_AXIS_RULES) -> list[dict]:
+  """Per row of input_ids [N, L]: `predictions` (num_samples texts), sampled in batches of batch_size.
 
-  The last batch is padded to batch_size (one compiled shape); batch i samples with
-  fold_in(rng, i), so the output depends only on rng and the rows' order.
+  With `reward_model` (config, params) the row also gets `rewards` (one per sample), `best` (the
+  index of the highest) and `kl` (of best-of-N from the sampling policy). The last batch is
+  padded to batch_size (one compiled shape); batch i samples with fold_in(rng, i), so the output
+  depends only on rng and the rows' order. Sampling runs inside `mesh` and the rules when given.
   """
-  texts = []
-  start = time.monotonic()
-  for index, first in enumerate(range(0, len(input_ids), batch_size)):
-    rows = input_ids[first:first + batch_size]
-    padded = np.zeros((batch_size, input_ids.shape[1]), np.int32)
-    padded[:len(rows)] = rows
-    tokens = np.asarray(decoding.sample(
-        config, params, padded, jax.random.fold_in(rng, index), max_length=max_length,
-        num_samples=num_samples, top_p=top_p, temperature=temperature, eos_id=vocabulary.eos_id))
-    texts += [[decode_tokens(vocabulary, sample) for sample in row] for row in tokens[:len(rows)]]
-    rate = len(texts) / max(time.monotonic() - start, 1e-9)
-    logging.info("generated %d/%d inputs, %.2f inputs/s, ETA %.0fs", len(texts), len(input_ids), rate,
-                 (len(input_ids) - len(texts)) / rate)
-  return texts
+  rows_out = []
+  progress = Progress("generated", len(input_ids), "inputs")
+  mesh_context = partitioning.activate(mesh, rules) if mesh is not None else contextlib.nullcontext()
+  with mesh_context:
+    for index, first in enumerate(range(0, len(input_ids), batch_size)):
+      rows = input_ids[first:first + batch_size]
+      padded = np.zeros((batch_size, input_ids.shape[1]), np.int32)
+      padded[:len(rows)] = rows
+      key = jax.random.fold_in(rng, index)
+      options = dict(max_length=max_length, top_p=top_p, temperature=temperature, eos_id=vocabulary.eos_id)
+      if reward_model is None:
+        out = {"samples": decoding.sample(config, params, padded, key, num_samples=num_samples, **options)}
+      else:
+        out = decoding.best_of_n(config, params, *reward_model, padded, key, n=num_samples, **options)
+      out = jax.device_get(out)
+      for row in range(len(rows)):
+        record = {"predictions": [decode_tokens(vocabulary, sample) for sample in out["samples"][row]]}
+        if reward_model is not None:
+          record.update(rewards=[float(r) for r in out["rewards"][row]], best=int(out["best"][row]),
+                        kl=float(out["kl"]))
+        rows_out.append(record)
+      progress.advance(len(rows), int(np.count_nonzero(rows)))
+      if progress.seconds_since_report() >= 10 or len(rows_out) == len(input_ids):
+        progress.report()
+  return rows_out
 
 
 def check_situation(situation, where: str) -> None:
@@ -88,16 +107,38 @@ def read_situations(path: str) -> list[dict]:
   return situations
 
 
+def _load(checkpoint_path, model_config, reward_checkpoint_path, mesh_shape, rules):
+  """(mesh, (config, params), reward model or None) on a mesh of this host's devices."""
+  mesh = partitioning.create_mesh(*mesh_shape, devices=jax.local_devices())
+  model = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)
+  reward_model = None
+  if reward_checkpoint_path:
+    reward_model = checkpoints.load_params(reward_checkpoint_path, None, mesh, rules)
+    if reward_lib.HEAD not in reward_model[1]:
+      raise ValueError(f"REWARD_CHECKPOINT_PATH {reward_checkpoint_path} has no '{reward_lib.HEAD}': "
+                       "train it with OBJECTIVE='pairwise' or 'listwise'")
+  return mesh, model, reward_model
+
+
+def _chosen(record: dict) -> str:
+  return record["predictions"][record.get("best", 0)]
+
+
 def load_generator(checkpoint_path: str, *, format_inputs: Callable[[dict], str], vocabulary,
                    model_config: T5Config | None = None, input_length: int = 512, max_length: int = 256,
-                   batch_size: int = 8, top_p: float = 0.95, temperature: float = 1.0,
-                   seed: int = 0) -> Callable[[list[dict]], list[str]]:
+                   batch_size: int = 8, top_p: float = 0.95, temperature: float = 1.0, seed: int = 0,
+                   num_samples: int = 1, reward_checkpoint_path: str | None = None, mesh_shape=(-1, 1),
+                   logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES
+                   ) -> Callable[[list[dict]], list[str]]:
   """A callable from situations (`title`, `selftext`, `subreddit`) to one advice text each.
 
   `format_inputs(situation) -> str` builds the model's input text; `vocabulary` (a seqio
-  vocabulary) encodes it and decodes the samples. Call n samples with fold_in(seed, n).
+  vocabulary) encodes it and decodes the samples. Call n samples with fold_in(seed, n). With a
+  reward model, each answer is the best of `num_samples`.
   """
-  config, params = evaluate.load_checkpoint(checkpoint_path, model_config)
+  rules = partitioning.as_rules(logical_axis_rules)
+  mesh, (config, params), reward_model = _load(checkpoint_path, model_config, reward_checkpoint_path,
+                                               mesh_shape, rules)
   rng = jax.random.PRNGKey(seed)
   calls = [0]
 
@@ -107,10 +148,11 @@ def load_generator(checkpoint_path: str, *, format_inputs: Callable[[dict], str]
     if not situations:
       return []
     ids = encode_inputs(vocabulary, [format_inputs(s) for s in situations], input_length)
-    texts = generate(config, params, vocabulary, ids, jax.random.fold_in(rng, calls[0]),
-                     max_length=max_length, batch_size=batch_size, top_p=top_p, temperature=temperature)
+    records = generate(config, params, vocabulary, ids, jax.random.fold_in(rng, calls[0]),
+                       max_length=max_length, batch_size=batch_size, top_p=top_p, temperature=temperature,
+                       num_samples=num_samples, reward_model=reward_model, mesh=mesh, rules=rules)
     calls[0] += 1
-    return [samples[0] for samples in texts]
+    return [_chosen(record) for record in records]
 
   return generator
 
@@ -148,15 +190,17 @@ def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
           mixture_or_task_name: str | None = None, input_file: str | None = None, split: str = "test",
           batch_size: int = 8, num_samples: int = 1, top_p: float = 0.95, temperature: float = 1.0, seed: int = 0,
           model_config: T5Config | None = None, format_inputs: Callable[[dict], str] | None = None,
-          vocabulary=None) -> str:
+          vocabulary=None, reward_checkpoint_path: str | None = None, mesh_shape=(-1, 1),
+          logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES) -> str:
   """Samples advice for a generation task's inputs or a file of situations; writes JSON lines.
 
   With `input_file` the situations of that file are used (and need `format_inputs` and
   `vocabulary`), else the inputs of task `mixture_or_task_name`. One line per input: `id`,
   `inputs` (the model's input text), `predictions` (num_samples texts) and, for a task,
   `references`. `task_feature_lengths` gives the input length and (`targets`) the longest
-  sample. Runs on one device. Returns the output path; scripts/generate.py calls it through gin
-  (gin/runs/infer.gin).
+  sample. With `reward_checkpoint_path` a line also holds `rewards`, `best` and `kl` (best-of-N
+  over the num_samples). Runs on this host's devices, `mesh_shape` (data, model). Returns the
+  output path; scripts/generate.py calls it through gin (gin/runs/infer.gin).
   """
   if input_file is not None:
     if format_inputs is None or vocabulary is None:
@@ -169,12 +213,13 @@ def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
     rows, input_ids, vocabulary = task_inputs(mixture_or_task_name, split, task_feature_lengths)
   else:
     raise ValueError("infer: give a generation task (MIXTURE_OR_TASK_NAME) or an input_file of situations")
-  config, params = evaluate.load_checkpoint(checkpoint_path, model_config)
-  texts = generate(config, params, vocabulary, input_ids, jax.random.PRNGKey(seed),
-                   max_length=task_feature_lengths["targets"], batch_size=batch_size,
-                   num_samples=num_samples, top_p=top_p, temperature=temperature)
-  lines = [json.dumps({**row, "predictions": samples}, ensure_ascii=False) + "\n"
-           for row, samples in zip(rows, texts)]
+  rules = partitioning.as_rules(logical_axis_rules)
+  mesh, (config, params), reward_model = _load(checkpoint_path, model_config, reward_checkpoint_path,
+                                               mesh_shape, rules)
+  records = generate(config, params, vocabulary, input_ids, jax.random.PRNGKey(seed),
+                     max_length=task_feature_lengths["targets"], batch_size=batch_size,
+                     num_samples=num_samples, top_p=top_p, temperature=temperature,
+                     reward_model=reward_model, mesh=mesh, rules=rules)
+  lines = [json.dumps({**row, **record}, ensure_ascii=False) + "\n" for row, record in zip(rows, records)]
   outputs.atomic_write_text(output_file, "".join(lines))
-  logging.info("wrote %d generations to %s", len(lines), output_file)
   return output_file

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping
 
 PREDICTIONS_FILE = "predictions.jsonl"
 METRICS_FILE = "metrics.json"
+RUN_CONFIG_FILE = "config.gin"  # the gin configuration a run was started with, as t5x keeps it
 
 
 class OutputError(ValueError):
@@ -39,6 +40,14 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
 
 def atomic_write_text(path: str, text: str) -> None:
   atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_run_config(directory: str, text: str) -> str:
+  """Writes the run's gin configuration text to `directory/config.gin`; returns the path."""
+  os.makedirs(directory, exist_ok=True)
+  path = os.path.join(directory, RUN_CONFIG_FILE)
+  atomic_write_text(path, text)
+  return path
 
 
 def _check_record(record: Mapping[str, Any], where: str) -> None:

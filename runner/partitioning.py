@@ -1,9 +1,13 @@
 """The device mesh, logical-axis rules and shardings: t5x's partitioning on jax.sharding.
 
-Parameters carry logical axis names (`nn.with_logical_partitioning` in models/network.py); a rule
-table maps them onto the mesh axes `data` and `model`. Changing how a model is split is a gin
-binding of `LOGICAL_AXIS_RULES` or of the mesh shape, never code.
+Parameters and activations carry logical axis names (`nn.with_logical_partitioning` and
+`nn.with_logical_constraint` in models/network.py); a rule table maps them onto the mesh axes
+`data` and `model`. Changing how a model is split is a gin binding of `LOGICAL_AXIS_RULES`
+(gin/runs/*.gin bind it to `@partitioning.standard_logical_axis_rules()`, as t5x does) or of the
+mesh shape, never code. Every jitted entry (train step, scoring, sampling) runs inside
+`activate(mesh, rules)`, so the network's activation constraints resolve to mesh axes.
 """
+import contextlib
 import os
 
 import flax.linen as nn
@@ -29,6 +33,25 @@ STANDARD_LOGICAL_AXIS_RULES = (
     ("length", None),
     ("relpos_buckets", None),
 )
+
+
+
+def standard_logical_axis_rules():
+  """t5x's standard rules for 1-D model parallelism (the table above), for gin to bind."""
+  return STANDARD_LOGICAL_AXIS_RULES
+
+
+def as_rules(rules) -> tuple:
+  """Rules as hashable tuples (gin hands over lists)."""
+  return tuple(tuple(rule) for rule in rules)
+
+
+@contextlib.contextmanager
+def activate(mesh: Mesh, rules=STANDARD_LOGICAL_AXIS_RULES):
+  """The mesh and the logical-axis rules for the jitted calls made inside (tracing reads both)."""
+  with jax.set_mesh(mesh), nn.logical_axis_rules(as_rules(rules)):
+    yield
+
 
 # Variables a launcher sets when several processes make one run (TPU pod, SLURM, Open MPI).
 _MULTI_PROCESS_ENV = ("TPU_WORKER_HOSTNAMES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")

@@ -10,25 +10,21 @@ import dataclasses
 import functools
 import math
 import os
-import time
 from typing import Callable, Iterator
 
 import jax
 import numpy as np
 from absl import logging
 
-from models import checkpoint_import
 from models import reward as reward_lib
 from models.config import T5Config
 from models.network import init_params
 from runner import checkpoints
 from runner import data
+from runner import outputs
 from runner import partitioning
 from runner import trainer
-
-_ARCHITECTURE_FIELDS = ("vocab_size", "emb_dim", "num_heads", "head_dim", "mlp_dim", "mlp_activations",
-                        "num_encoder_layers", "num_decoder_layers", "logits_via_embedding")
-
+from runner.progress import Progress
 
 @dataclasses.dataclass
 class TrainResult:
@@ -42,32 +38,42 @@ class NonFiniteLossError(FloatingPointError):
   pass
 
 
-def _is_hf_dir(path):
-  return os.path.exists(os.path.join(path, "config.json"))
-
-
-def _initial_transformer_params(path, config: T5Config, mesh, rules):
-  """Transformer (or reward model) parameters of a Hugging Face dir or an orbax checkpoint."""
-  if not _is_hf_dir(path):
-    return checkpoints.restore_params(path, config, mesh, rules)
-  hf_config, params = checkpoint_import.load_hf_t5(path)
-  mismatched = [f"{name}: checkpoint {getattr(hf_config, name)!r}, model {getattr(config, name)!r}"
-                for name in _ARCHITECTURE_FIELDS if getattr(hf_config, name) != getattr(config, name)]
-  if mismatched:
-    raise ValueError(f"INITIAL_CHECKPOINT_PATH {path} does not match MODEL_CONFIG: " + "; ".join(mismatched))
-  return params
-
-
-def _initial_params(config, objective, initial_checkpoint_path, seed, mesh=None, rules=None):
+def _initial_params(config, objective: trainer.Objective, initial_checkpoint_path, seed, mesh=None, rules=None):
+  """Random parameters, or INITIAL_CHECKPOINT_PATH's; a reward model gets a head unless it has one."""
   rng = jax.random.PRNGKey(seed)
-  loaded = (_initial_transformer_params(initial_checkpoint_path, config, mesh, rules)
+  loaded = (checkpoints.load_params(initial_checkpoint_path, config, mesh, rules)[1]
             if initial_checkpoint_path else None)
-  if objective == "cross_entropy":
+  if not objective.reward_head:
     params = loaded if loaded is not None else init_params(config, rng)
     return {k: v for k, v in params.items() if k != reward_lib.HEAD}
   if loaded is not None and reward_lib.HEAD in loaded:
     return loaded
   return reward_lib.init_reward_params(config, rng, loaded)
+
+
+def _initialise_or_restore(manager, config, goal, optimizer, initial_checkpoint_path, seed, mesh, rules):
+  """(step, params, opt_state, (params shardings, optimizer state shardings)) to start from.
+
+  The latest checkpoint in `manager` if there is one, else INITIAL_CHECKPOINT_PATH's or random
+  parameters. Shardings come first, so that no array is ever whole on one device.
+  """
+  random_init = functools.partial(_initial_params, config, goal, None, seed)
+  abstract_params = jax.eval_shape(random_init)
+  params_shardings = partitioning.param_shardings(abstract_params, config, mesh, rules)
+  opt_shardings = partitioning.opt_state_shardings(optimizer, abstract_params, params_shardings, mesh)
+  shardings = (params_shardings, opt_shardings)
+  restored = checkpoints.restore(manager, partitioning.with_shardings(abstract_params, params_shardings),
+                                 partitioning.with_shardings(jax.eval_shape(optimizer.init, abstract_params),
+                                                             opt_shardings))
+  if restored:
+    step, params, opt_state, _ = restored  # the data position is the step: one batch per step
+    return step, params, opt_state, shardings
+  if initial_checkpoint_path:
+    params = jax.device_put(_initial_params(config, goal, initial_checkpoint_path, seed, mesh, rules),
+                            params_shardings)
+  else:  # created in place, shard by shard: a large model never sits whole on one device
+    params = jax.jit(random_init, out_shardings=params_shardings)()
+  return 0, params, jax.jit(optimizer.init, out_shardings=opt_shardings)(params), shardings
 
 
 def _metric_writer(model_dir):
@@ -86,8 +92,11 @@ def _real_tokens(batch):
   return tokens * jax.process_count()
 
 
-def _format_eta(seconds):
-  return time.strftime("%H:%M:%S", time.gmtime(seconds)) if math.isfinite(seconds) else "?"
+def _print_mixture(name):
+  """Prints the tasks the run trains on and their shares; an unknown name stops the run here."""
+  rates = data.mixture_rates(name)
+  if jax.process_index() == 0:
+    print(f"training on {name}: " + ", ".join(f"{task} {rate:.1%}" for task, rate in rates), flush=True)
 
 
 def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_lengths=None,
@@ -96,7 +105,8 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
           z_loss=1e-4, seed=0, split="train", mesh_shape=(-1, 1),
           logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, multi_host=None,
           checkpoint_every=1000, keep_checkpoints=3, log_every=50, compilation_cache_dir=None,
-          batch_source: Callable[[int], Iterator[dict]] | None = None) -> TrainResult:
+          batch_source: Callable[[int], Iterator[dict]] | None = None, run_config: str | None = None
+          ) -> TrainResult:
   """Trains (or resumes training of) a model in `model_dir` up to `train_steps` steps.
 
   Data comes from the seqio task or mixture, or from `batch_source(start_step)` (an iterator of
@@ -104,48 +114,40 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   `optimizer` defaults to `trainer.make_optimizer()` (Adafactor, constant 1e-3).
   On SIGTERM the run saves a checkpoint at its current step and returns with preempted=True.
   `compilation_cache_dir` keeps compiled steps on disk (process-wide), so a restart skips compiling.
+  `run_config` (the gin configuration's text) is written to `model_dir/config.gin`.
   """
-  if objective not in trainer.OBJECTIVES:
-    raise ValueError(f"OBJECTIVE must be one of {trainer.OBJECTIVES}, got {objective!r}")
+  goal = trainer.get_objective(objective)
   partitioning.initialize_distributed(multi_host)
+  if batch_source is None:
+    _print_mixture(mixture_or_task_name)
   if compilation_cache_dir:
     jax.config.update("jax_compilation_cache_dir", compilation_cache_dir)
   mesh = partitioning.create_mesh(*mesh_shape)
+  rules = partitioning.as_rules(logical_axis_rules)
   optimizer = optimizer or trainer.make_optimizer()
-  rules = tuple(tuple(rule) for rule in logical_axis_rules)
 
-  random_init = functools.partial(_initial_params, model_config, objective, None, seed)
-  abstract_params = jax.eval_shape(random_init)
-  params_shardings = partitioning.param_shardings(abstract_params, model_config, mesh, rules)
-  opt_shardings = partitioning.opt_state_shardings(optimizer, abstract_params, params_shardings, mesh)
   manager = checkpoints.checkpoint_manager(model_dir, keep_checkpoints)
   if jax.process_index() == 0:  # evaluation and inference read the architecture from here
     checkpoints.write_model_config(model_dir, model_config)
-  restored = checkpoints.restore(manager, partitioning.with_shardings(abstract_params, params_shardings),
-                                 partitioning.with_shardings(jax.eval_shape(optimizer.init, abstract_params),
-                                                             opt_shardings))
-  if restored:
-    step, params, opt_state, position = restored
-    start_batch = position["batches"]
-    logging.info("resuming from the checkpoint of step %d in %s", step, model_dir)
-  else:
-    step, start_batch = 0, 0
-    if initial_checkpoint_path:
-      params = jax.device_put(
-          _initial_params(model_config, objective, initial_checkpoint_path, seed, mesh, rules), params_shardings)
-    else:  # created in place, shard by shard: a large model never sits whole on one device
-      params = jax.jit(random_init, out_shardings=params_shardings)()
-    opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(params)
+    if run_config is not None:
+      outputs.write_run_config(model_dir, run_config)
+  step, params, opt_state, shardings = _initialise_or_restore(
+      manager, model_config, goal, optimizer, initial_checkpoint_path, seed, mesh, rules)
+  if step:
+    print(f"resuming from the checkpoint of step {step} in {model_dir}", flush=True)
 
-  train_step = trainer.make_train_step(model_config, optimizer, mesh, params_shardings, opt_shardings,
+  train_step = trainer.make_train_step(model_config, optimizer, mesh, *shardings,
                                        objective=objective, accumulation_steps=accumulation_steps,
                                        z_loss=z_loss, dropout_seed=seed, rules=rules)
   if batch_source is not None:
-    batches = batch_source(start_batch)
-  else:
-    batches = data.train_batches(mixture_or_task_name, task_feature_lengths, batch_size, objective=objective,
-                                 split=split, seed=seed, start_step=start_batch, use_cached=use_cached_tasks)
+    batches = batch_source(step)
+  else:  # one batch per step (accumulation splits it), so the data position is the step
+    batches = data.train_batches(mixture_or_task_name, task_feature_lengths, batch_size,
+                                 candidates=goal.candidates, split=split, seed=seed, start_step=step,
+                                 use_cached=use_cached_tasks)
   writer = _metric_writer(model_dir)
+  progress = Progress("step", train_steps, "steps")
+  progress.done = step
   pending, last_metrics, preempted, saved_step = [], {}, False, step
 
   def check_finite():
@@ -160,47 +162,40 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
             f"{manager.latest_step()} in {model_dir}")
     pending.clear()
 
+  def log(metrics):
+    check_finite()
+    values = {name: float(value) for name, value in jax.device_get(metrics).items()}
+    rates = progress.report(f"loss {values['loss']:.4f}")
+    if writer is not None:
+      writer.write_scalars(step, {**values, **rates})
+    return {**values, **rates}
+
   def save():
     nonlocal saved_step
     if step == saved_step:
       return
     check_finite()
-    # One batch per step (accumulation splits it), so the data position is the step.
     if checkpoints.save(manager, step, params, opt_state, {"batches": step}):
       saved_step = step
 
-  window_start, window_steps, window_tokens = time.perf_counter(), 0, 0
+  # clu's periodic actions would do for these two, but clu.periodic_actions imports its TensorFlow
+  # summary writer, and the GPU machines have no TensorFlow.
   with checkpoints.PreemptionGuard(manager) as guard:
     while step < train_steps:
       local_batch = next(batches)
-      global_batch = partitioning.global_batch(local_batch, mesh, rules)
-      params, opt_state, metrics = train_step(params, opt_state, global_batch, step)
+      params, opt_state, metrics = train_step(params, opt_state,
+                                              partitioning.global_batch(local_batch, mesh, rules), step)
       pending.append((step, metrics))
       step += 1
-      window_steps += 1
-      window_tokens += _real_tokens(local_batch)
+      progress.advance(1, _real_tokens(local_batch))
       if step % log_every == 0 or step == train_steps:
-        check_finite()
-        last_metrics = {name: float(value) for name, value in jax.device_get(metrics).items()}
-        elapsed = time.perf_counter() - window_start
-        rates = {"steps_per_sec": window_steps / elapsed, "tokens_per_sec": window_tokens / elapsed}
-        eta = (train_steps - step) / rates["steps_per_sec"]
-        if jax.process_index() == 0:
-          print(f"step {step}/{train_steps}  loss {last_metrics['loss']:.4f}  "
-                f"{rates['steps_per_sec']:.2f} steps/s  {rates['tokens_per_sec']:.0f} tokens/s  "
-                f"ETA {_format_eta(eta)}", flush=True)
-        if writer is not None:
-          writer.write_scalars(step, {**last_metrics, **rates})
-        last_metrics.update(rates)
-        window_start, window_steps, window_tokens = time.perf_counter(), 0, 0
+        last_metrics = log(metrics)
       if guard.should_stop(step):
-        save()
         preempted = True
         break
       if step % checkpoint_every == 0:
         save()
-    if not preempted:
-      save()
+    save()
   manager.wait_until_finished()
   if writer is not None:
     writer.flush()

@@ -6,7 +6,10 @@ Batches are dicts of arrays. `cross_entropy` reads `input_ids` [B, L] and `targe
 by their count once, after gradient accumulation, so accumulating n microbatches gives the same
 update as one batch n times larger.
 """
-import flax.linen as nn
+import dataclasses
+import functools
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -16,8 +19,6 @@ from models import reward as reward_lib
 from models.config import T5Config
 from models.network import Transformer, shift_right
 from runner import partitioning
-
-OBJECTIVES = ("cross_entropy", "pairwise", "listwise")
 
 
 def make_schedule(name="constant", learning_rate=1e-3, warmup_steps=0, decay_steps=None, end_value=0.0):
@@ -71,30 +72,50 @@ def _cross_entropy_sums(config, params, batch, dropout_rng, z_loss):
   return (token_loss * weights).sum(), weights.sum(), sums
 
 
-def _reward_sums(config, params, batch, dropout_rng, objective):
+def _reward_sums(config, params, batch, dropout_rng, z_loss, *, listwise):
+  del z_loss  # a token-level regulariser; rewards have no vocabulary softmax
   labels, mask = batch["candidate_labels"], batch["candidate_mask"].astype(bool)
   rewards = reward_lib.reward(config, params, batch["input_ids"], batch["candidate_ids"],
                               deterministic=dropout_rng is None, dropout_rng=dropout_rng)
   items = rewards.shape[0]
-  if objective == "pairwise":
+  if listwise:
+    loss = reward_lib.listwise_loss(rewards, labels.astype(jnp.float32), mask)
+  else:
     # The first preferred and the first other valid candidate of each item form its pair.
     good = jnp.argmax((labels > 0) & mask, axis=-1)[:, None]
     bad = jnp.argmax((labels <= 0) & mask, axis=-1)[:, None]
     loss = reward_lib.pairwise_loss(jnp.take_along_axis(rewards, good, 1), jnp.take_along_axis(rewards, bad, 1))
-  else:
-    loss = reward_lib.listwise_loss(rewards, labels.astype(jnp.float32), mask)
   best = jnp.argmax(jnp.where(mask, rewards, -jnp.inf), axis=-1)[:, None]
   accuracy = (jnp.take_along_axis(labels, best, 1) > 0).astype(jnp.float32).sum()
   return loss * items, jnp.float32(items), {"accuracy": accuracy}
 
 
-def loss_sums(config, params, batch, dropout_rng, objective="cross_entropy", z_loss=1e-4):
-  """(summed loss, number of loss units, dict of summed metrics) of one (micro)batch."""
-  if objective == "cross_entropy":
-    return _cross_entropy_sums(config, params, batch, dropout_rng, z_loss)
-  if objective in ("pairwise", "listwise"):
-    return _reward_sums(config, params, batch, dropout_rng, objective)
-  raise ValueError(f"unknown objective {objective!r}; expected one of {OBJECTIVES}")
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """A training objective: its loss sums and what it trains on.
+
+  loss_sums(config, params, batch, dropout_rng, z_loss) -> (summed loss, loss units, summed metrics).
+  `candidates`: batches of candidate arrays (else token input/target ids); `reward_head`: the
+  model gets a scalar head.
+  """
+  loss_sums: Callable
+  candidates: bool
+  reward_head: bool
+
+
+# Every objective, by its gin name (OBJECTIVE): adding one is adding an entry.
+OBJECTIVES = {
+    "cross_entropy": Objective(_cross_entropy_sums, candidates=False, reward_head=False),
+    # HEAP and summarize-from-feedback: log(1 + exp(r_bad - r_good)) per comparison.
+    "pairwise": Objective(functools.partial(_reward_sums, listwise=False), candidates=True, reward_head=True),
+    "listwise": Objective(functools.partial(_reward_sums, listwise=True), candidates=True, reward_head=True),
+}
+
+
+def get_objective(name: str) -> Objective:
+  if name not in OBJECTIVES:
+    raise ValueError(f"OBJECTIVE must be one of {sorted(OBJECTIVES)}, got {name!r}")
+  return OBJECTIVES[name]
 
 
 def _microbatches(batch, count):
@@ -114,33 +135,30 @@ def make_train_step(config: T5Config, optimizer, mesh, params_shardings, opt_sha
   Parameters and optimizer state keep their shardings and are donated; batches are split over the
   data axis; metrics (loss, grad_norm, accuracy, ...) come back as replicated scalars.
   """
-  if objective not in OBJECTIVES:
-    raise ValueError(f"unknown objective {objective!r}; expected one of {OBJECTIVES}")
+  objective_loss_sums = get_objective(objective).loss_sums
   dropout = config.dropout_rate > 0
 
   def grads_and_sums(params, batch, rng):
     def loss_fn(p):
-      total, units, sums = loss_sums(config, p, batch, rng if dropout else None, objective, z_loss)
+      total, units, sums = objective_loss_sums(config, p, batch, rng if dropout else None, z_loss)
       return total, (units, sums)
     (total, (units, sums)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     return grads, dict(sums, loss=total, units=units)
 
   def train_step(params, opt_state, batch, step):
     rng = jax.random.fold_in(jax.random.PRNGKey(dropout_seed), step)
-    with nn.logical_axis_rules(rules):
-      if accumulation_steps == 1:
-        grads, sums = grads_and_sums(params, batch, rng)
-      else:
-        def accumulate(carry, indexed):
-          index, micro = indexed
-          grads, sums = grads_and_sums(params, micro, jax.random.fold_in(rng, index))
-          return jax.tree.map(jnp.add, carry, (grads, sums)), None
-        micro = _microbatches(batch, accumulation_steps)
-        first = jax.tree.map(lambda x: x[0], micro)
-        shapes = jax.eval_shape(grads_and_sums, params, first, rng)
-        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-        (grads, sums), _ = jax.lax.scan(accumulate, zeros,
-                                        (jnp.arange(accumulation_steps), micro))
+    if accumulation_steps == 1:
+      grads, sums = grads_and_sums(params, batch, rng)
+    else:
+      def accumulate(carry, indexed):
+        index, micro = indexed
+        grads, sums = grads_and_sums(params, micro, jax.random.fold_in(rng, index))
+        return jax.tree.map(jnp.add, carry, (grads, sums)), None
+      micro = _microbatches(batch, accumulation_steps)
+      first = jax.tree.map(lambda x: x[0], micro)
+      shapes = jax.eval_shape(grads_and_sums, params, first, rng)
+      zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+      (grads, sums), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(accumulation_steps), micro))
     units = jnp.maximum(sums.pop("units"), 1.0)
     grads = jax.tree.map(lambda g: g / units, grads)
     updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -157,7 +175,6 @@ def make_train_step(config: T5Config, optimizer, mesh, params_shardings, opt_sha
                    donate_argnums=(0, 1))
 
   def run(params, opt_state, batch, step):
-    # The mesh context lets the network's logical activation constraints resolve to mesh axes.
-    with jax.set_mesh(mesh):
+    with partitioning.activate(mesh, rules):
       return jitted(params, opt_state, batch, jnp.asarray(step, jnp.int32))
   return run

@@ -18,6 +18,7 @@ from absl import flags
 
 from runner import outputs
 from runner import report
+from scripts import console
 from t5_tasks.analysis import agreement
 from t5_tasks.analysis import asq as asq_analysis
 from t5_tasks.analysis import turingadvice as ta_analysis
@@ -209,6 +210,7 @@ def run(command: str, args: flags.FlagValues) -> dict:
 def main(argv: Sequence[str]) -> None:
   if len(argv) != 2:
     raise app.UsageError(f"give one analysis: {', '.join(ANALYSES)}")
+  console.quiet_libraries()
   run(argv[1], flags.FLAGS)
 
 

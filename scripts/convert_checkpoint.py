@@ -15,6 +15,7 @@ from absl import flags
 from models import checkpoint_import
 from models.config import T5Config
 from runner import checkpoints
+from scripts import console
 
 PARAMS_SUBDIR = "params"
 
@@ -34,6 +35,7 @@ def convert(hf_dir: str, out_dir: str) -> T5Config:
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  console.quiet_libraries()
   config = convert(flags.FLAGS.hf_dir, flags.FLAGS.out)
   print(f"wrote {os.path.join(flags.FLAGS.out, PARAMS_SUBDIR)} and "
         f"{os.path.join(flags.FLAGS.out, checkpoints.CONFIG_FILE)} ({config})", flush=True)

@@ -25,11 +25,8 @@ def format_metrics(metrics) -> str:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  import t5_tasks  # pylint: disable=g-import-not-at-top,unused-import  # registers the tasks
-  train_script.parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
-  metrics = gin.get_configurable(evaluate_lib.evaluate)()
+  train_script.start(argv)
+  metrics = gin.get_configurable(evaluate_lib.evaluate)(run_config=gin.config_str())
   print(format_metrics(metrics))
   print(f"report: {gin.query_parameter('%EVAL_OUTPUT_DIR')}/report.html", flush=True)
 

@@ -48,11 +48,8 @@ def advice_generator(checkpoint_path: str, *, input_length: int = 512, max_lengt
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  import t5_tasks  # pylint: disable=g-import-not-at-top,unused-import  # registers the tasks
+  train_script.start(argv)
   from t5_tasks import vocab  # pylint: disable=g-import-not-at-top
-  train_script.parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
   vocabulary = vocab.get_vocabulary()
   input_length = gin.query_parameter("%TASK_FEATURE_LENGTHS")["inputs"]
   path = gin.get_configurable(infer_lib.infer)(

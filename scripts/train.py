@@ -12,9 +12,9 @@ from typing import Sequence
 import gin
 from absl import app
 from absl import flags
-from absl import logging
 
 from runner import train as train_lib
+from scripts import console
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -44,14 +44,19 @@ def parse_gin(gin_files, gin_bindings, search_paths) -> None:
   gin.parse_config_files_and_bindings(gin_files, gin_bindings, finalize_config=False)
 
 
-def main(argv: Sequence[str]) -> None:
+def start(argv: Sequence[str]) -> None:
+  """What every gin script does first: check the arguments, quiet the libraries, register the
+  tasks, parse the gin files and bindings."""
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
+  console.quiet_libraries()
   import t5_tasks  # pylint: disable=g-import-not-at-top,unused-import  # registers the tasks
   parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
-  result = gin.get_configurable(train_lib.train)()
+
+
+def main(argv: Sequence[str]) -> None:
+  start(argv)
+  result = gin.get_configurable(train_lib.train)(run_config=gin.config_str())
   print(f"stopped at step {result.step}" + (" (preempted; rerun to resume)" if result.preempted else ""))
 
 

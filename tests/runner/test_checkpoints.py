@@ -27,10 +27,10 @@ def test_checkpoint_from_mesh_4x2_restores_on_mesh_8x1_and_one_device(run_python
       manager.wait_until_finished()
 
       other_mesh = partitioning.create_mesh(8, 1)
-      restored = checkpoints.restore_params("run", config, other_mesh)
+      restored = checkpoints.load_params("run", config, other_mesh)[1]
       spec = restored["decoder"]["logits_dense"]["kernel"].sharding
       assert spec.mesh.shape == {"data": 8, "model": 1}, spec
-      single = checkpoints.restore_params("run/checkpoints/7", config)
+      single = checkpoints.load_params("run/checkpoints/7", config)[1]
       for tree in (restored, single):
         jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, tree), expected)
       assert len(single["encoder"]["layers_1"]["mlp"]["wo"]["kernel"].sharding.device_set) == 1
@@ -48,11 +48,76 @@ def test_checkpoint_from_mesh_4x2_restores_on_mesh_8x1_and_one_device(run_python
   assert "restored" in out
 
 
-def test_restore_params_names_a_missing_directory(tmp_path):
+def test_load_params_names_a_missing_directory(tmp_path):
   from models.config import T5Config
   from runner import checkpoints
   with pytest.raises(FileNotFoundError, match="does not exist"):
-    checkpoints.restore_params(tmp_path / "absent", T5Config())
+    checkpoints.load_params(tmp_path / "absent", T5Config())
   (tmp_path / "empty").mkdir()
   with pytest.raises(FileNotFoundError, match="no orbax checkpoint found"):
-    checkpoints.restore_params(tmp_path / "empty", T5Config())
+    checkpoints.load_params(tmp_path / "empty", T5Config())
+
+
+def _saved_tiny(directory, config):
+  import jax
+  from models.network import init_params
+  from runner import checkpoints
+  params = init_params(config, jax.random.PRNGKey(0))
+  checkpoints.save_params(str(directory / "params"), params)
+  return params
+
+
+def test_load_params_names_every_mismatched_architecture_field(tmp_path):
+  from models.config import T5Config
+  from runner import checkpoints
+  saved = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
+                   num_encoder_layers=2, num_decoder_layers=2)
+  _saved_tiny(tmp_path / "ckpt", saved)
+  checkpoints.write_model_config(str(tmp_path / "ckpt"), saved)
+  configured = saved.replace(num_heads=8, num_decoder_layers=3, relative_attention_num_buckets=16,
+                             dtype="bfloat16", dropout_rate=0.1)  # the last two are the run's choices
+  with pytest.raises(ValueError) as error:
+    checkpoints.load_params(str(tmp_path / "ckpt"), configured)
+  message = str(error.value)
+  assert message.startswith(f"checkpoint {tmp_path / 'ckpt'} does not match MODEL_CONFIG: ")
+  for field, ours, theirs in (("num_heads", 4, 8), ("num_decoder_layers", 2, 3),
+                              ("relative_attention_num_buckets", 32, 16)):
+    assert f"{field}: checkpoint {ours}, MODEL_CONFIG {theirs}" in message
+  assert "dtype" not in message and "dropout_rate" not in message
+  # The run's choices apply over an agreeing checkpoint.
+  config, _ = checkpoints.load_params(str(tmp_path / "ckpt"), saved.replace(dtype="bfloat16"))
+  assert config.dtype == "bfloat16"
+
+
+def test_load_params_without_a_saved_config_checks_the_parameter_shapes(tmp_path):
+  from models.config import T5Config
+  from runner import checkpoints
+  saved = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
+                   num_encoder_layers=2, num_decoder_layers=2)
+  _saved_tiny(tmp_path / "bare", saved)  # no t5_config.json: MODEL_CONFIG alone describes it
+  with pytest.raises(ValueError, match=r"does not fit MODEL_CONFIG: decoder/layers_0/mlp/wi_0/kernel: "
+                                       r"shape \(64, 128\), MODEL_CONFIG needs \(64, 256\); "):
+    checkpoints.load_params(str(tmp_path / "bare"), saved.replace(mlp_dim=256))
+  with pytest.raises(ValueError, match=r"does not fit MODEL_CONFIG: decoder/layers_2/encoder_decoder_attention"
+                                       r"/key/kernel: missing; .*; and \d+ more$"):
+    checkpoints.load_params(str(tmp_path / "bare"), saved.replace(num_decoder_layers=3))
+
+
+def test_load_params_finds_the_run_config_from_a_step_directory_and_refuses_pickles(tmp_path):
+  import jax
+  import numpy as np
+  from models.config import T5Config
+  from runner import checkpoints
+  config = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
+                    num_encoder_layers=2, num_decoder_layers=2)
+  params = _saved_tiny(tmp_path / "run" / "checkpoints" / "5", config)
+  checkpoints.write_model_config(str(tmp_path / "run"), config)
+  for path in ("run", "run/checkpoints", "run/checkpoints/5"):
+    found, restored = checkpoints.load_params(str(tmp_path / path))
+    assert found == config
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(restored), jax.device_get(params))
+  (tmp_path / "hf").mkdir()
+  (tmp_path / "hf" / "config.json").write_text("{}")
+  (tmp_path / "hf" / "pytorch_model.bin").write_bytes(b"")
+  with pytest.raises(ValueError, match="no \\*.safetensors file. It has pytorch_model.bin: pickled weights"):
+    checkpoints.load_params(str(tmp_path / "hf"))

@@ -81,8 +81,8 @@ def test_training_order_is_fixed_by_the_seed_and_resumes_at_a_step():
 
 
 def test_reward_training_batches_are_candidate_tensors_and_resume():
-  first = _take(data.train_batches(TASK, LENGTHS, 4, objective="pairwise", seed=3), 3)
-  resumed = next(data.train_batches(TASK, LENGTHS, 4, objective="pairwise", seed=3, start_step=2))
+  first = _take(data.train_batches(TASK, LENGTHS, 4, candidates=True, seed=3), 3)
+  resumed = next(data.train_batches(TASK, LENGTHS, 4, candidates=True, seed=3, start_step=2))
   for name in ("input_ids", "candidate_ids", "candidate_labels", "candidate_mask"):
     np.testing.assert_array_equal(first[2][name], resumed[name])
   batch = first[0]

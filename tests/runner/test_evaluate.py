@@ -16,7 +16,7 @@ from runner import checkpoints
 from runner import evaluate
 from runner import outputs
 from scripts import train as train_script
-from t5_tasks import batching
+from tests.helpers import batching
 from t5_tasks import metrics as t5_metrics
 from tests.conftest import PROJECT_ROOT
 
@@ -104,7 +104,7 @@ def test_writes_one_line_per_item_and_the_report(uninterrupted):
 
 def test_scores_equal_score_candidates_computed_directly(uninterrupted, checkpoint):
   by_task = _by_task(outputs.read_predictions(str(uninterrupted / outputs.PREDICTIONS_FILE)))
-  params = checkpoints.restore_params(checkpoint, CONFIG)
+  params = checkpoints.load_params(checkpoint, CONFIG)[1]
   for task in _scored_tasks():
     examples, arrays = _task_arrays(task.name)
     expected = _in_batches(lambda x, c: scoring.score_candidates(CONFIG, params, x, c), arrays)
@@ -192,7 +192,7 @@ def test_rejects_unknown_scorer_and_missing_config(tmp_path):
     _run(str(tmp_path), tmp_path / "out", scorer="bleu")
   checkpoints.save_params(str(tmp_path / "bare" / "params"), {"w": np.zeros(2, np.float32)})
   with pytest.raises(ValueError, match="no t5_config.json beside the checkpoint"):
-    evaluate.load_checkpoint(str(tmp_path / "bare"))
+    checkpoints.load_params(str(tmp_path / "bare"))
 
 
 def test_model_config_round_trips_and_rejects_unknown_fields(tmp_path):

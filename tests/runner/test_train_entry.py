@@ -3,6 +3,7 @@
 Runs happen in subprocesses (sharing a compilation cache); `run` below is what they call.
 """
 import os
+import re
 import signal
 import time
 
@@ -81,7 +82,7 @@ def runs(compilation_cache, tmp_path_factory):
       run("killed", save_params_to="resumed.npz")
       run("uninterrupted", save_params_to="uninterrupted.npz", keep=2)
       run("terminated", signal_at=4, signal_number=signal.SIGTERM, save_params_to="returned.npz")
-      restored = checkpoints.restore_params("terminated", TINY)
+      restored = checkpoints.load_params("terminated", TINY)[1]
       returned = np.load("returned.npz")
       for path, value in jax.tree_util.tree_flatten_with_path(jax.device_get(restored))[0]:
         np.testing.assert_array_equal(value, returned[jax.tree_util.keystr(path)])
@@ -122,18 +123,41 @@ def test_non_finite_update_stops_with_the_last_good_checkpoint(runs):
 def test_scripts_train_runs_a_gin_configured_run_on_the_quickstart_mixture(run_python, tmp_path):
   out = run_python(f"""
       import subprocess, sys
-      subprocess.run([sys.executable, "-m", "scripts.train",
+      result = subprocess.run([sys.executable, "-m", "scripts.train",
                       "--gin_file=gin/models/t5_1_1/tiny.gin", "--gin_file=gin/runs/finetune.gin",
                       "--gin_file=gin/mixtures/quickstart.gin", "--gin.MODEL_DIR='{tmp_path / 'run'}'",
                       "--gin.TRAIN_STEPS=4", "--gin.BATCH_SIZE=4", "--gin.train.train.log_every=2",
                       "--gin.TASK_FEATURE_LENGTHS={{'inputs': 64, 'targets': 16}}"],
-                     cwd={str(PROJECT_ROOT)!r}, check=True)
+                     cwd={str(PROJECT_ROOT)!r}, capture_output=True, text=True)
+      print(result.stdout)
+      print("STDERR:" + result.stderr)
+      assert result.returncode == 0, result.stderr
       """)
-  assert "step 4/4  loss" in out and "tokens/s" in out and "stopped at step 4" in out
+  stdout, stderr = out.split("STDERR:", 1)
+  assert "step 4/4  loss" in stdout and "tokens/s" in stdout and "stopped at step 4" in stdout
+  # The resolved mixture with each task's share, before the first step.
+  mixture = next(line for line in stdout.splitlines() if line.startswith("training on quickstart: "))
+  shares = [float(part.rsplit(" ", 1)[1].rstrip("%")) for part in mixture.split(": ", 1)[1].split(", ")]
+  assert len(shares) == 7 and abs(sum(shares) - 100) < 0.5, mixture
+  # The console is the project's lines: no absl INFO lines from orbax, seqio or TFDS.
+  assert not re.search(r"^I\d{4} ", stderr, re.MULTILINE), stderr[-3000:]
   assert _steps(tmp_path / "run") == [4]
   assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "run" / "train"))
   # The architecture beside the checkpoints, for evaluation without a model gin file.
   assert checkpoints.read_model_config(str(tmp_path / "run")) == TINY
+  # The run's whole gin configuration, command-line bindings included, as t5x keeps it.
+  config = (tmp_path / "run" / "config.gin").read_text()
+  assert "TRAIN_STEPS = 4" in config and "train.train:" in config and "MIXTURE_OR_TASK_NAME = 'quickstart'" in config
+
+
+def test_an_unknown_task_name_stops_before_the_model_dir_exists_and_names_close_ones(tmp_path):
+  import t5_tasks  # pylint: disable=unused-import  # registers the tasks
+  from runner import train
+  with pytest.raises(ValueError, match=r"unknown task or mixture 'asq_intent_clozee' \(close names: "
+                                       r"asq_intent_cloze"):
+    train.train(model_config=TINY, mixture_or_task_name="asq_intent_clozee", train_steps=1, batch_size=4,
+                model_dir=str(tmp_path / "run"), task_feature_lengths={"inputs": 64, "targets": 16})
+  assert not (tmp_path / "run").exists()
 
 
 def test_initial_checkpoint_path_starts_from_a_params_only_checkpoint(tmp_path):
@@ -155,7 +179,7 @@ def test_initial_checkpoint_path_reads_a_hugging_face_dir_and_checks_its_archite
   from runner import train
   from tests.models.hf_reference import make_hf_t5
   make_hf_t5(tmp_path / "hf")
-  with pytest.raises(ValueError, match=r"does not match MODEL_CONFIG: vocab_size: checkpoint 96, model 384; "
-                                       r"emb_dim: checkpoint 32, model 64"):
+  with pytest.raises(ValueError, match=r"does not match MODEL_CONFIG: vocab_size: checkpoint 96, MODEL_CONFIG 384; "
+                                       r"emb_dim: checkpoint 32, MODEL_CONFIG 64"):
     train.train(model_config=TINY, train_steps=1, batch_size=4, model_dir=str(tmp_path / "run"),
                 initial_checkpoint_path=str(tmp_path / "hf"), batch_source=numbered_batches)

@@ -11,7 +11,6 @@ from flax import traverse_util
 from models.checkpoint_import import load_hf_t5
 from models.scoring import score_candidates
 from runner import checkpoints
-from runner import evaluate
 from scripts import convert_checkpoint
 from tests.conftest import PROJECT_ROOT
 from tests.models.hf_reference import hf_candidate_scores, make_hf_t5, random_ids
@@ -35,7 +34,7 @@ def test_converted_params_equal_the_imported_ones_exactly(converted):
   hf_config, hf_params = load_hf_t5(hf_dir)
   assert config == hf_config
   assert checkpoints.read_model_config(str(out)) == hf_config
-  restored = _flat(checkpoints.restore_params(str(out), hf_config))
+  restored = _flat(checkpoints.load_params(str(out), hf_config)[1])
   expected = _flat(hf_params)
   assert sorted(restored) == sorted(expected)
   for path, value in expected.items():
@@ -45,8 +44,8 @@ def test_converted_params_equal_the_imported_ones_exactly(converted):
 
 def test_converted_checkpoint_scores_like_hf(converted):
   hf_model, hf_dir, out, _ = converted
-  config, params = evaluate.load_checkpoint(str(out))  # config from t5_config.json
-  _, hf_params = evaluate.load_checkpoint(str(hf_dir))  # the Hugging Face directory itself
+  config, params = checkpoints.load_params(str(out))  # config from t5_config.json
+  _, hf_params = checkpoints.load_params(str(hf_dir))  # the Hugging Face directory itself
   rng = np.random.default_rng(3)
   input_ids = random_ids(rng, (2, 12), config.vocab_size, pad_from=[12, 6])
   candidates = np.stack([random_ids(rng, (3, 5), config.vocab_size, pad_from=[5, 2, 4])] * 2)
