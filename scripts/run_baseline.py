@@ -1,35 +1,54 @@
-r"""Runs a lexical baseline like a model evaluation: predictions.jsonl, metrics.json, report.html.
+r"""Runs a lexical baseline as a model evaluation with another scorer.
+
+The items are the registered seqio task's own examples of --eval_split (`task.source.examples`,
+the items scripts.evaluate scores), read from --eval_file through the task's gin-bound data
+files; each item becomes `runner.evaluate.item_record` and the metrics are the task's own
+(`runner.evaluate.task_metrics`), so metrics.json has the model evaluation's names and groups.
+Writes predictions.jsonl, metrics.json and report.html.
 
   python -m scripts.run_baseline --baseline=timedial_overlap --eval_file=timedial_test.json --out=/tmp/b
-  python -m scripts.run_baseline --baseline=asq_similarity --eval_file=asq.json --train_fraction=0.7 --out=/tmp/b
-  python -m scripts.run_baseline --baseline=length --eval_format=turingadvice --eval_file=eval.jsonl --out=/tmp/b
+  python -m scripts.run_baseline --baseline=asq_similarity --eval_file=asq.json --train_fraction=0.7 \
+      --out=/tmp/b
+  python -m scripts.run_baseline --baseline=length --eval_format=turingadvice --eval_file=eval.jsonl \
+      --out=/tmp/b
   python -m scripts.run_baseline --baseline=tfidf_advice --train_file=advice.jsonl --eval_file=advice.jsonl \
       --out=/tmp/b
 """
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from absl import app
 from absl import flags
+import gin
+import seqio
 
+from runner import data
+from runner import evaluate
 from runner import outputs
 from runner import report
-from t5_tasks import metrics as t5_metrics
+from scripts import console
+import t5_tasks  # pylint: disable=unused-import  (registers the tasks)
 from t5_tasks.analysis import mean_interval
 from t5_tasks.baselines import asq_similarity
 from t5_tasks.baselines import preference_heuristics
-from t5_tasks.baselines import accuracy_metrics
-from t5_tasks.baselines import prediction_record
 from t5_tasks.baselines import tfidf_advice
 from t5_tasks.baselines import timedial_overlap
-from t5_tasks.sources import asq
 from t5_tasks.sources import heap
 from t5_tasks.sources import reddit_advice
-from t5_tasks.sources import summarize_feedback
-from t5_tasks.sources import timedial
 from t5_tasks.sources import turingadvice
 
 BASELINES = ("tfidf_advice", "asq_similarity", "length", "copying", "timedial_overlap")
-PREFERENCE_FORMATS = ["turingadvice", "summarize_feedback"] + [f"heap:{c}" for c in heap.HEAP_CRITERIA]
+ASQ_TASK = "asq_intent_cloze"
+TIMEDIAL_TASK = "timedial_cloze_full"
+# --eval_format of the preference baselines -> the task whose items they score; TuringAdvice's
+# evaluation file is HEAP's advice-helpfulness source (system advice vs the top Reddit advice).
+PREFERENCE_TASKS = {"turingadvice": "heap_advice_helpfulness",
+                    "summarize_feedback": "summarize_feedback_preference",
+                    **{f"heap:{c}": f"heap_{c}" for c in heap.HEAP_CRITERIA}}
+# Task -> its dataset's key in t5_tasks.tasks.data_files; these files hold every split ("all").
+SINGLE_FILE_DATASETS = {"summarize_feedback_preference": "summarize_feedback",
+                        **{f"heap_{c}": f"heap/{spec.source}" for c, spec in heap.HEAP_CRITERIA.items()}}
+DATA_FILES = "t5_tasks.tasks.data_files.files"
+
 
 def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
   """Defines the command line's flags (on `fv`; tests pass their own FlagValues)."""
@@ -37,70 +56,93 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_string("eval_file", None, "Released file to evaluate on.", flag_values=fv)
   flags.DEFINE_string("train_file", None, "Training file (tfidf_advice, asq_similarity).", flag_values=fv)
   flags.DEFINE_string(
-      "eval_format", None, "Preference baselines: one of " + ", ".join(PREFERENCE_FORMATS)
+      "eval_format", None, "length and copying: the file's format, one of " + ", ".join(PREFERENCE_TASKS)
       + "; tfidf_advice: reddit_advice (default) or turingadvice.", flag_values=fv)
-  flags.DEFINE_string("eval_split", "test", "tfidf_advice on RedditAdvice: split to answer.", flag_values=fv)
-  flags.DEFINE_float(
-      "train_fraction", None, "asq_similarity without --train_file: train on this leading share of the eval file.",
+  flags.DEFINE_string(
+      "eval_split", "test", "Split to evaluate, as scripts.evaluate's SPLIT (HEAP and summarize files are "
+      "split as their tasks split them); tfidf_advice on RedditAdvice: the released split name.",
       flag_values=fv)
-  flags.DEFINE_list("annotation_files", [], "asq_similarity: ASQ annotation rounds (pair types).",
+  flags.DEFINE_float(
+      "train_fraction", None,
+      "asq_similarity without --train_file: train on this leading share of the evaluated items, test on the "
+      "rest.", flag_values=fv)
+  flags.DEFINE_list("annotation_files", [],
+                    "asq_similarity: ASQ annotation rounds (pair types); default: the task's.",
                     flag_values=fv)
   flags.DEFINE_string("out", None, "Output directory.", flag_values=fv)
-  flags.DEFINE_integer("seed", 0, "Bootstrap seed.", flag_values=fv)
+  flags.DEFINE_integer("seed", 0, "tfidf_advice: bootstrap seed of its similarity intervals.", flag_values=fv)
   flags.mark_flags_as_required(["baseline", "eval_file", "out"], flag_values=fv)
 
 
-def run_asq_similarity(args, seed: int):
-  items, _ = asq.read_asq(args.eval_file)
-  if args.train_file:
-    train, test = asq.read_asq(args.train_file)[0], items
-  elif args.train_fraction and 0 < args.train_fraction < 1:
-    cut = int(len(items) * args.train_fraction)
-    train, test = items[:cut], items[cut:]
-  else:
+def task_examples(task_name: str, split: str, files: Mapping[str, Mapping[str, str]]):
+  """(task, its examples of `split`) with the task's datasets read from `files` (data_files keys)."""
+  gin.bind_parameter(DATA_FILES, dict(files))
+  task = seqio.get_mixture_or_task(task_name)
+  examples = task.source.examples(split)
+  if not examples:
+    raise app.UsageError(f"{task_name} has no {split!r} items in {dict(files)}")
+  return task, examples
+
+
+def evaluated(task, split: str, scores: Sequence[Sequence[float]], first: int = 0,
+              notes: Sequence[str] = ()):
+  """(records, metrics, notes) of the split's examples `first`, `first` + 1, ... scored `scores`.
+
+  Records and metrics are runner.evaluate's. Each record's metadata is read back through the
+  task's source dataset, as the model evaluation reads it (its dtypes: float32 human scores).
+  """
+  examples = task.source.examples(split)
+  ids = evaluate.distinct_ids([example["id"] for example in examples], {})
+  metadata = [data.example_metadata(example)
+              for example in task.source.get_dataset(split, shuffle=False).as_numpy_iterator()]
+  records = [evaluate.item_record(task.name, ids[i], metadata[i], item_scores,
+                                  examples[i]["candidate_labels"], [True] * len(examples[i]["candidates"]))
+             for i, item_scores in enumerate(scores, first)]
+  notes = [f"{task.name}, split {split!r}: {len(records)} items"] + list(notes)
+  return records, {task.name: evaluate.task_metrics(task, records)}, notes
+
+
+def run_asq_similarity(args):
+  if not args.train_file and not (args.train_fraction and 0 < args.train_fraction < 1):
     raise app.UsageError("asq_similarity needs --train_file or --train_fraction in (0, 1)")
-  pair_types = asq.pair_types_by_id(*(asq.read_asq_annotations(f)[0] for f in args.annotation_files))
-  model = asq_similarity.AsqSimilarity().fit(asq_similarity.items_from_asq(train))
-  test_items = asq_similarity.items_from_asq(test, pair_types)
-  records = [prediction_record(it, s) for it, s in zip(test_items, model.score(test_items))]
-  notes = [f"trained on {len(train)} items, tested on {len(test)}; weights {model.weights}"]
-  return records, {"asq": accuracy_metrics(records, by="pair_type", seed=seed)}, notes
+  if args.train_file and args.eval_split == "train":
+    raise app.UsageError("asq_similarity with --train_file evaluates a split other than 'train'")
+  files = {"asq": {args.eval_split: args.eval_file}}
+  if args.train_file:
+    files["asq"]["train"] = args.train_file
+  if args.annotation_files:
+    files["asq_annotations"] = {f"round{n}": path for n, path in enumerate(args.annotation_files, 1)}
+  task, examples = task_examples(ASQ_TASK, args.eval_split, files)
+  if args.train_file:
+    train, cut = task.source.examples("train"), 0
+  else:
+    cut = int(len(examples) * args.train_fraction)
+    train = examples[:cut]
+  model = asq_similarity.AsqSimilarity().fit(train)
+  scores = model.score(examples[cut:])
+  notes = [f"trained on {len(train)} items, tested on {len(examples) - cut}; weights {model.weights}"]
+  return evaluated(task, args.eval_split, scores, cut, notes)
 
 
-def _preference_items(args):
-  fmt = args.eval_format
-  if fmt == "turingadvice":
-    situations, _ = turingadvice.read_turingadvice_eval(args.eval_file)
-    return preference_heuristics.items_from_turingadvice(situations)
-  if fmt == "summarize_feedback":
-    return preference_heuristics.items_from_summary_comparisons(
-        summarize_feedback.read_comparisons(args.eval_file)[0])
-  if fmt and fmt.startswith("heap:") and fmt[5:] in heap.HEAP_CRITERIA:
-    criterion = fmt[5:]
-    return preference_heuristics.items_from_heap(heap.read_heap_comparisons(criterion, args.eval_file)[0],
-                                                 criterion)
-  raise app.UsageError(f"--eval_format must be one of {PREFERENCE_FORMATS}, got {fmt!r}")
-
-
-def run_preference(args, seed: int):
-  items = _preference_items(args)
+def run_preference(args):
+  if args.eval_format not in PREFERENCE_TASKS:
+    raise app.UsageError(f"--eval_format must be one of {list(PREFERENCE_TASKS)}, got {args.eval_format!r}")
+  task_name = PREFERENCE_TASKS[args.eval_format]
+  task, examples = task_examples(task_name, args.eval_split,
+                                 {SINGLE_FILE_DATASETS[task_name]: {"all": args.eval_file}})
   scorer = preference_heuristics.SCORERS[args.baseline]
-  scores = preference_heuristics.score_items(items, scorer)
-  records = [prediction_record(it, s) for it, s in zip(items, scores)]
-  task = items[0].task if items else args.eval_format
-  good = [r["scores"][0] for r in records]
-  bad = [r["scores"][1] for r in records]
-  metrics = {task: {"pairwise_accuracy": t5_metrics.pairwise_accuracy(good, bad, seed=seed).as_dict()}}
-  return records, metrics, []
+  scores = [preference_heuristics.score_example(example, scorer) for example in examples]
+  return evaluated(task, args.eval_split, scores)
 
 
-def run_timedial(args, seed: int):
-  items = timedial_overlap.items_from_timedial(timedial.read_timedial(args.eval_file)[0])
-  records = timedial_overlap.predict(items)
-  return records, timedial_overlap.metrics(records, seed=seed), []
+def run_timedial(args):
+  task, examples = task_examples(TIMEDIAL_TASK, args.eval_split,
+                                 {"timedial": {args.eval_split: args.eval_file}})
+  scores = [timedial_overlap.score(example) for example in examples]
+  return evaluated(task, args.eval_split, scores)
 
 
-def run_tfidf_advice(args, seed: int):
+def run_tfidf_advice(args):
   if not args.train_file:
     raise app.UsageError("tfidf_advice needs --train_file (RedditAdvice2019 JSON lines)")
   train = [s for s in reddit_advice.read_reddit_advice(args.train_file)[0] if s.split == "train"]
@@ -121,7 +163,7 @@ def run_tfidf_advice(args, seed: int):
   records = [{"task": "advice_generation", "id": s.id, "generation": g, "retrieved_id": n[0],
               "retrieval_similarity": n[1], "reference_similarity": r}
              for s, g, n, r in zip(situations, generations, neighbours, similarity)]
-  estimate = lambda v: {k: mean_interval(v, seed=seed)[k] for k in ("value", "low", "high")}
+  estimate = lambda v: {k: mean_interval(v, seed=args.seed)[k] for k in ("value", "low", "high")}
   metrics = {"advice_generation": {"retrieval_similarity": estimate([n[1] for n in neighbours]),
                                    "reference_similarity": estimate(similarity)}}
   return records, metrics, [f"indexed {len(train)} training situations; answered {len(situations)}"]
@@ -133,7 +175,7 @@ RUNNERS = {"tfidf_advice": run_tfidf_advice, "asq_similarity": run_asq_similarit
 
 def run(args: flags.FlagValues) -> None:
   """Runs the baseline that parsed flags `args` name and writes its outputs."""
-  records, metrics, notes = RUNNERS[args.baseline](args, args.seed)
+  records, metrics, notes = RUNNERS[args.baseline](args)
   outputs.write_predictions(args.out, records)
   outputs.write_metrics(args.out, metrics)
   page = report.write_report(args.out, title=f"Baseline {args.baseline} on {args.eval_file}",
@@ -148,6 +190,7 @@ def run(args: flags.FlagValues) -> None:
 
 def main(argv: Sequence[str]) -> None:
   del argv
+  console.quiet_libraries()
   run(flags.FLAGS)
 
 

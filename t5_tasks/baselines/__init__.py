@@ -1,15 +1,13 @@
 """The papers' simple baselines, evaluable like a model.
 
-Each baseline scores the candidates of `CandidateItem`s (or, for advice
-retrieval, generates text); `prediction_record` turns scores into the shared
-predictions.jsonl format of `runner.outputs`.
+A baseline scores the candidates of a registered task's own examples (the dicts of
+`task.source.examples(split)`, the items the model evaluation scores), reading each
+example's context through `example_context`; scripts/run_baseline.py turns the scores into
+the model evaluation's prediction records and metrics. `CandidateItem` holds the released
+comparisons that the agreement analysis (t5_tasks.analysis.agreement) judges.
 """
 import dataclasses
-from typing import Mapping, Sequence
-
-import numpy as np
-
-from t5_tasks import metrics as t5_metrics
+from typing import Mapping
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,23 +21,19 @@ class CandidateItem:
   metadata: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
 
-def prediction_record(item: CandidateItem, scores: Sequence[float]) -> dict:
-  """The interface's per-item JSON object; ties go to the first candidate."""
-  if len(scores) != len(item.candidates):
-    raise ValueError(f"item {item.id!r}: {len(scores)} scores for {len(item.candidates)} candidates")
-  return {"task": item.task, "id": item.id, "scores": [float(s) for s in scores],
-          "prediction": int(np.argmax(scores)), "gold": list(item.gold), **item.metadata}
+def example_context(example: Mapping[str, object]) -> str:
+  """The text a task example's candidates answer, from its raw fields (t5_tasks.tasks SIGNATURES).
 
-
-def accuracy_metrics(records: Sequence[Mapping], *, by: str | None = None, seed: int = 0) -> dict[str, dict]:
-  """{"accuracy": interval} over the records, plus "accuracy/<group>" per value of metadata `by`.
-
-  Ties between candidate scores count as broken at random, as in model evaluation.
+  TimeDial: the dialog's turns; HEAP: the context fields' texts; summarize-from-feedback: title
+  and post; ASQ: the narrative (its `inputs`).
   """
-  scores = np.asarray([r["scores"] for r in records])
-  labels = np.asarray([r["gold"] for r in records])
-  result = {"accuracy": t5_metrics.accuracy(scores, labels, seed=seed).as_dict()}
-  for group in sorted({r.get(by, "") for r in records} - {""}) if by else ():
-    rows = np.asarray([r.get(by) == group for r in records])
-    result[f"accuracy/{group}"] = t5_metrics.accuracy(scores[rows], labels[rows], seed=seed).as_dict()
-  return result
+  if "conversation" in example:
+    return "\n".join(example["conversation"])
+  if "context_texts" in example:
+    return "\n".join(example["context_texts"])
+  if "post" in example:
+    return f"{example['title']}\n{example['post']}"
+  if isinstance(example.get("inputs"), str):
+    return example["inputs"]
+  raise ValueError(f"example {example.get('id')!r}: no context field (conversation, context_texts, "
+                   f"post or inputs) among {sorted(example)}")

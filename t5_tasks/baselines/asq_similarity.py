@@ -2,7 +2,9 @@
 
 The two similarities of each question to the narrative are combined by a
 logistic regression trained on the difference of the two questions' features
-(no intercept, so swapping the questions swaps the prediction).
+(no intercept, so swapping the questions swaps the prediction). Items are the
+`asq_intent_cloze` task's examples: narrative `inputs`, two `candidates`,
+one-hot `candidate_labels`.
 """
 from typing import Mapping, Sequence
 
@@ -11,7 +13,7 @@ from sklearn import linear_model
 from sklearn.feature_extraction import text as sk_text
 from sklearn.metrics import pairwise
 
-from t5_tasks.baselines import CandidateItem
+from t5_tasks.baselines import example_context
 
 FEATURES = ("tfidf_cosine", "content_overlap")
 _CONTENT_WORDS = sk_text.CountVectorizer(stop_words="english").build_analyzer()
@@ -26,39 +28,31 @@ def content_overlap(narrative: str, question: str) -> float:
   return sum(w in vocabulary for w in words) / len(words)
 
 
-def items_from_asq(items: Sequence, pair_types: Mapping[str, str | None] | None = None,
-                   task: str = "asq") -> list[CandidateItem]:
-  """AsqItems as two candidates (qn1, qn2), gold marking the narrator's question."""
-  pair_types = pair_types or {}
-  return [CandidateItem(task, it.id, it.narrative, tuple(it.questions),
-                        (1, 0) if it.label == 0 else (0, 1),
-                        {"pair_type": pair_types.get(it.id) or ""})
-          for it in items]
-
-
 class AsqSimilarity:
-  """Fit on two-candidate items, then score each candidate by the learned combination."""
+  """Fit on two-candidate examples, then score each candidate by the learned combination."""
 
   def __init__(self):
     self._tfidf = sk_text.TfidfVectorizer(stop_words="english", sublinear_tf=True)
     self._combiner = linear_model.LogisticRegression(fit_intercept=False)
 
-  def features(self, items: Sequence[CandidateItem]) -> np.ndarray:
+  def features(self, examples: Sequence[Mapping]) -> np.ndarray:
     """[N, 2, len(FEATURES)] similarities of each candidate to its context."""
-    contexts = self._tfidf.transform([it.context for it in items])
-    candidates = self._tfidf.transform([c for it in items for c in it.candidates])
-    cosine = np.asarray(
-        [pairwise.cosine_similarity(contexts[i], candidates[2 * i:2 * i + 2])[0] for i in range(len(items))])
-    overlap = np.asarray([[content_overlap(it.context, c) for c in it.candidates] for it in items])
+    contexts = [example_context(e) for e in examples]
+    context_vectors = self._tfidf.transform(contexts)
+    candidates = self._tfidf.transform([c for e in examples for c in e["candidates"]])
+    cosine = np.asarray([pairwise.cosine_similarity(context_vectors[i], candidates[2 * i:2 * i + 2])[0]
+                         for i in range(len(examples))])
+    overlap = np.asarray([[content_overlap(context, c) for c in e["candidates"]]
+                          for context, e in zip(contexts, examples)])
     return np.stack([cosine, overlap], axis=-1)
 
-  def fit(self, items: Sequence[CandidateItem]) -> "AsqSimilarity":
-    for it in items:
-      if len(it.candidates) != 2 or sorted(it.gold) != [0, 1]:
-        raise ValueError(f"item {it.id!r}: needs two candidates with exactly one correct")
-    self._tfidf.fit([it.context for it in items] + [c for it in items for c in it.candidates])
-    x = self.features(items)
-    y = np.array([it.gold[1] for it in items])
+  def fit(self, examples: Sequence[Mapping]) -> "AsqSimilarity":
+    for e in examples:
+      if len(e["candidates"]) != 2 or sorted(e["candidate_labels"]) != [0, 1]:
+        raise ValueError(f"example {e['id']!r}: needs two candidates with exactly one correct")
+    self._tfidf.fit([example_context(e) for e in examples] + [c for e in examples for c in e["candidates"]])
+    x = self.features(examples)
+    y = np.array([e["candidate_labels"][1] for e in examples])
     self._combiner.fit(x[:, 1] - x[:, 0], y)
     return self
 
@@ -66,6 +60,6 @@ class AsqSimilarity:
   def weights(self) -> dict[str, float]:
     return dict(zip(FEATURES, (float(w) for w in self._combiner.coef_[0])))
 
-  def score(self, items: Sequence[CandidateItem]) -> list[list[float]]:
+  def score(self, examples: Sequence[Mapping]) -> list[list[float]]:
     """Per candidate: the logistic regression's linear score of its features."""
-    return (self.features(items) @ self._combiner.coef_[0]).tolist()
+    return (self.features(examples) @ self._combiner.coef_[0]).tolist()

@@ -1,14 +1,17 @@
 """Preference heuristics: prefer the longer response, or the one copying more.
 
 Judges of a (context, response) pair; summarize-from-feedback found both
-correlate with human preference. Also adapters from the released preference
-formats to `CandidateItem`s with candidates [preferred, other] and gold [1, 0].
+correlate with human preference. They score a preference task's examples
+(`score_example`) for scripts/run_baseline.py, and `CandidateItem`s for the
+agreement analysis, whose adapters from the released preference formats keep
+the compared systems' names (candidates [preferred, other], gold [1, 0]).
 """
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from sklearn.feature_extraction import text as sk_text
 
 from t5_tasks.baselines import CandidateItem
+from t5_tasks.baselines import example_context
 
 _WORDS = sk_text.CountVectorizer(token_pattern=r"(?u)\b\w+\b").build_analyzer()
 _BIGRAMS = sk_text.CountVectorizer(token_pattern=r"(?u)\b\w+\b", ngram_range=(2, 2)).build_analyzer()
@@ -35,11 +38,18 @@ def bigram_copying(context: str, response: str) -> float:
 SCORERS: dict[str, Scorer] = {"length": response_length, "copying": bigram_copying}
 
 
+def score_example(example: Mapping, scorer: Scorer) -> list[float]:
+  """The scorer's number for each candidate of a task example, against the example's context."""
+  context = example_context(example)
+  return [scorer(context, c) for c in example["candidates"]]
+
+
 def score_items(items: Sequence[CandidateItem], scorer: Scorer) -> list[list[float]]:
   return [[scorer(item.context, c) for c in item.candidates] for item in items]
 
 
-def items_from_turingadvice(situations: Sequence, task: str = "turingadvice_preference") -> list[CandidateItem]:
+def items_from_turingadvice(situations: Sequence,
+                            task: str = "turingadvice_preference") -> list[CandidateItem]:
   """System advice vs top Reddit advice, the human-preferred one first; metadata names both."""
   items = []
   for s in situations:
@@ -53,7 +63,8 @@ def items_from_turingadvice(situations: Sequence, task: str = "turingadvice_pref
   return items
 
 
-def items_from_summary_comparisons(comparisons: Sequence, task: str = "summarize_feedback") -> list[CandidateItem]:
+def items_from_summary_comparisons(comparisons: Sequence,
+                                   task: str = "summarize_feedback") -> list[CandidateItem]:
   """Summarize-from-feedback comparisons, the chosen summary first; metadata names the policies."""
   items = []
   for index, c in enumerate(comparisons):
