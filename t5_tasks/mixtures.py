@@ -1,7 +1,7 @@
 """Mixtures of the registered tasks, and a gin-configurable way to define new ones.
 
-Rates are proportional to each task's number of training examples, capped at
-`size_rate.cap` (gin macro `MIXTURE_RATE_CAP` in gin/mixtures/*.gin), and computed when
+Rates are seqio's `mixing_rate_num_examples`: each task's number of training examples,
+capped at `size_rate.cap` (gin macro `MIXTURE_RATE_CAP` in gin/mixtures/*.gin), computed when
 the mixture's dataset is built, so the cap and the data files can both come from gin.
 
 A mixture keeps the output features of its first task: a mixture that starts with a
@@ -21,9 +21,13 @@ DEFAULT_RATE_CAP = 2**16
 
 @gin.configurable
 def size_rate(task: seqio.Task, cap: int = DEFAULT_RATE_CAP) -> float:
-  """Training examples of `task`, at most `cap`; an evaluation-only task counts its first split."""
+  """Training examples of `task`, at most `cap`.
+
+  An evaluation-only task (TimeDial's cloze: a test set only) counts its first split instead,
+  so that a mixture holding it still samples it, in proportion to its size.
+  """
   split = "train" if "train" in task.splits else task.splits[0]
-  return float(min(task.num_input_examples(split), cap))
+  return float(seqio.mixing_rate_num_examples(task, maximum=cap, split=split))
 
 
 @gin.configurable

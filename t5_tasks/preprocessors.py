@@ -2,7 +2,9 @@
 
 The text functions are plain Python (tested directly); the seqio preprocessors run them
 inside tf.data through `tf.numpy_function`, with the task's vocabulary and the run's
-`sequence_length` when they need to count tokens.
+`sequence_length` when they need to count tokens. Each step that maps one example to one
+example is written per example and mapped by `seqio.map_over_dataset`, which also passes
+`sequence_length` and `output_features` to the steps that name them.
 """
 import datetime
 import re
@@ -120,7 +122,8 @@ def _py_string(fn, inputs) -> tf.Tensor:
   return out
 
 
-def advice_inputs(dataset, sequence_length, output_features):
+@seqio.map_over_dataset
+def advice_inputs(ex, sequence_length, output_features):
   """seqio step: RedditAdvice fields -> `inputs`, trimmed by paragraphs to the inputs length."""
   count = token_counter(output_features["inputs"].vocabulary)
   max_tokens = _max_text_tokens(sequence_length)
@@ -128,64 +131,48 @@ def advice_inputs(dataset, sequence_length, output_features):
   def fn(subreddit, created_utc, title, selftext):
     return advice_inputs_text(_text(subreddit), int(created_utc), _text(title), _text(selftext),
                               count, max_tokens)
-
-  def step(ex):
-    ex = dict(ex)
-    ex["inputs"] = _py_string(fn, [ex["subreddit"], ex["created_utc"], ex["title"],
-                                   ex["selftext"]])
-    return ex
-  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+  return {**ex, "inputs": _py_string(fn, [ex["subreddit"], ex["created_utc"], ex["title"],
+                                          ex["selftext"]])}
 
 
-def timedial_inputs(dataset, scope: str):
+@seqio.map_over_dataset
+def timedial_inputs(ex, scope: str):
   """seqio step: a masked dialog -> `inputs` in the given scope, `targets` a correct option."""
-  dialog_context([MASK], 0, scope)  # fail at task registration on a bad scope
+  dialog_context([MASK], 0, scope)  # runs when the map is traced: a bad scope fails at once
 
   def fn(conversation, mask_turn):
     return dialog_context([_text(t) for t in conversation], int(mask_turn), scope)
-
-  def step(ex):
-    ex = dict(ex)
-    ex["inputs"] = _py_string(fn, [ex["conversation"], ex["mask_turn"]])
-    ex["targets"] = first_correct(ex)
-    return ex
-  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+  return {**ex, "inputs": _py_string(fn, [ex["conversation"], ex["mask_turn"]]),
+          "targets": first_correct(ex)}
 
 
-def summary_inputs(dataset, sequence_length, output_features):
+@seqio.map_over_dataset
+def summary_inputs(ex, sequence_length, output_features):
   """seqio step: a summarize-from-feedback post -> the `SUBREDDIT: … TL;DR:` query."""
   count = token_counter(output_features["inputs"].vocabulary)
   max_tokens = _max_text_tokens(sequence_length)
 
   def fn(subreddit, title, post):
     return summary_inputs_text(_text(subreddit), _text(title), _text(post), count, max_tokens)
-
-  def step(ex):
-    ex = dict(ex)
-    ex["inputs"] = _py_string(fn, [ex["subreddit"], ex["title"], ex["post"]])
-    ex["targets"] = first_correct(ex)
-    return ex
-  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+  return {**ex, "inputs": _py_string(fn, [ex["subreddit"], ex["title"], ex["post"]]),
+          "targets": first_correct(ex)}
 
 
-def preference_inputs(dataset):
+@seqio.map_over_dataset
+def preference_inputs(ex):
   """seqio step: instruction + labelled context -> `inputs`; the preferred response -> `targets`."""
   def fn(instruction, labels, texts):
     return preference_inputs_text(_text(instruction), [_text(x) for x in labels],
                                   [_text(x) for x in texts])
-
-  def step(ex):
-    ex = dict(ex)
-    ex["inputs"] = _py_string(fn, [ex["instruction"], ex["context_labels"], ex["context_texts"]])
-    ex["targets"] = first_correct(ex)
-    return ex
-  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+  return {**ex, "inputs": _py_string(fn, [ex["instruction"], ex["context_labels"],
+                                          ex["context_texts"]]),
+          "targets": first_correct(ex)}
 
 
-def cloze_targets(dataset):
+@seqio.map_over_dataset
+def cloze_targets(ex):
   """seqio step for items whose `inputs` is already text: `targets` a correct candidate."""
-  return dataset.map(lambda ex: {**ex, "targets": first_correct(ex)},
-                     num_parallel_calls=tf.data.AUTOTUNE)
+  return {**ex, "targets": first_correct(ex)}
 
 
 def first_correct(ex: Mapping[str, tf.Tensor]) -> tf.Tensor:
@@ -193,27 +180,26 @@ def first_correct(ex: Mapping[str, tf.Tensor]) -> tf.Tensor:
   return tf.gather(ex["candidates"], tf.argmax(ex["candidate_labels"], output_type=tf.int32))
 
 
-def tokenize(dataset, output_features, copy_pretokenized: bool = True):
+@seqio.map_over_dataset
+def tokenize(ex, output_features, copy_pretokenized: bool = True):
   """seqio.preprocessors.tokenize that also handles rank-2 (candidate list) string features.
 
   Each candidate is encoded on its own: ByteVocabulary's encode_tf needs equal-length
   strings when given a vector.
   """
-  def step(ex):
-    ex = dict(ex)
-    for key, feature in output_features.items():
-      if key not in ex or isinstance(feature.vocabulary, seqio.PassThroughVocabulary):
-        continue
-      if copy_pretokenized:
-        ex[f"{key}_pretokenized"] = ex[key]
-      vocabulary = feature.vocabulary
-      if feature.rank == 2:
-        ex[key] = tf.map_fn(vocabulary.encode_tf, ex[key],
-                            fn_output_signature=tf.RaggedTensorSpec([None], tf.int32))
-      else:
-        ex[key] = vocabulary.encode_tf(ex[key])
-    return ex
-  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+  ex = dict(ex)
+  for key, feature in output_features.items():
+    if key not in ex or isinstance(feature.vocabulary, seqio.PassThroughVocabulary):
+      continue
+    if copy_pretokenized:
+      ex[f"{key}_pretokenized"] = ex[key]
+    vocabulary = feature.vocabulary
+    if feature.rank == 2:
+      ex[key] = tf.map_fn(vocabulary.encode_tf, ex[key],
+                          fn_output_signature=tf.RaggedTensorSpec([None], tf.int32))
+    else:
+      ex[key] = vocabulary.encode_tf(ex[key])
+  return ex
 
 
 def append_eos_after_trim(dataset, output_features, sequence_length=None):
@@ -235,48 +221,44 @@ def _pair(first, second, dtype=tf.int32):
   return tf.constant([first, second], dtype)
 
 
-def from_tfds_timedial(dataset):
-  def step(ex):
-    return {"id": ex["id"], "conversation": ex["conversation"],
-            "mask_turn": tf.cast(ex["mask_turn"], tf.int32),
-            "candidates": tf.concat([ex["correct"], ex["incorrect"]], 0),
-            "candidate_labels": tf.constant([1, 1, 0, 0], tf.int32),
-            "candidate_rules": tf.concat([tf.constant(["", ""]), ex["incorrect_rules"]], 0)}
-  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+@seqio.map_over_dataset
+def from_tfds_timedial(ex):
+  return {"id": ex["id"], "conversation": ex["conversation"],
+          "mask_turn": tf.cast(ex["mask_turn"], tf.int32),
+          "candidates": tf.concat([ex["correct"], ex["incorrect"]], 0),
+          "candidate_labels": tf.constant([1, 1, 0, 0], tf.int32),
+          "candidate_rules": tf.concat([tf.constant(["", ""]), ex["incorrect_rules"]], 0)}
 
 
-def from_tfds_asq(dataset):
+@seqio.map_over_dataset
+def from_tfds_asq(ex):
   """The TFDS dataset keeps the narrowest pair type only, so `pair_groups` stays empty."""
-  def step(ex):
-    label = tf.cast(ex["label"], tf.int32)
-    return {"id": ex["id"], "inputs": ex["narrative"], "candidates": ex["questions"],
-            "candidate_labels": tf.one_hot(label, 2, dtype=tf.int32),
-            "pair_type": ex["pair_type"], "pair_groups": tf.constant("")}
-  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+  label = tf.cast(ex["label"], tf.int32)
+  return {"id": ex["id"], "inputs": ex["narrative"], "candidates": ex["questions"],
+          "candidate_labels": tf.one_hot(label, 2, dtype=tf.int32),
+          "pair_type": ex["pair_type"], "pair_groups": tf.constant("")}
 
 
-def from_tfds_summaries(dataset):
+@seqio.map_over_dataset
+def from_tfds_summaries(ex):
   """The prepared dataset has no comparison index: ids are the post's id and a summary hash."""
-  def step(ex):
-    choice = tf.cast(ex["choice"], tf.int32)
-    order = tf.stack([choice, 1 - choice])
-    pair_hash = tf.strings.to_hash_bucket_fast(
-        tf.strings.reduce_join(ex["summaries"], separator="\n"), 2**31 - 1)
-    return {"id": tf.strings.join([ex["id"], tf.strings.as_string(pair_hash)], "#"),
-            "subreddit": ex["subreddit"], "title": ex["title"],
-            "post": ex["post"], "candidates": tf.gather(ex["summaries"], order),
-            "candidate_labels": _pair(1, 0), "candidate_scores": _pair(1.0, 0.0, tf.float32)}
-  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+  choice = tf.cast(ex["choice"], tf.int32)
+  order = tf.stack([choice, 1 - choice])
+  pair_hash = tf.strings.to_hash_bucket_fast(
+      tf.strings.reduce_join(ex["summaries"], separator="\n"), 2**31 - 1)
+  return {"id": tf.strings.join([ex["id"], tf.strings.as_string(pair_hash)], "#"),
+          "subreddit": ex["subreddit"], "title": ex["title"],
+          "post": ex["post"], "candidates": tf.gather(ex["summaries"], order),
+          "candidate_labels": _pair(1, 0), "candidate_scores": _pair(1.0, 0.0, tf.float32)}
 
 
-def from_tfds_heap(dataset):
-  def step(ex):
-    return {"id": ex["id"], "instruction": ex["instruction"],
-            "context_labels": ex["context_labels"], "context_texts": ex["context_texts"],
-            "candidates": tf.stack([ex["good"], ex["bad"]]), "candidate_labels": _pair(1, 0),
-            "candidate_scores": tf.cast(tf.stack([ex["good_score"], ex["bad_score"]]),
-                                        tf.float32)}
-  return dataset.map(step, num_parallel_calls=tf.data.AUTOTUNE)
+@seqio.map_over_dataset
+def from_tfds_heap(ex):
+  return {"id": ex["id"], "instruction": ex["instruction"],
+          "context_labels": ex["context_labels"], "context_texts": ex["context_texts"],
+          "candidates": tf.stack([ex["good"], ex["bad"]]), "candidate_labels": _pair(1, 0),
+          "candidate_scores": tf.cast(tf.stack([ex["good_score"], ex["bad_score"]]),
+                                      tf.float32)}
 
 
 def from_tfds_advice(dataset):

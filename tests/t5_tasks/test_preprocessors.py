@@ -4,8 +4,8 @@ import pytest
 import seqio
 import tensorflow as tf
 
-from t5_tasks import batching
 from t5_tasks import preprocessors
+from tests.helpers import batching
 
 BYTES = seqio.ByteVocabulary()
 COUNT = preprocessors.token_counter(BYTES)

@@ -1,19 +1,26 @@
 """Every registered task yields correctly formatted examples from the quickstart data.
 
 The quickstart folder has one HEAP source (TellMeWhy) besides TuringAdvice; the other HEAP
-sources get small hand-written files here, in their released formats.
+sources get small hand-written files here, in their released formats. The README's example
+family ("Adding a task family") is registered from the README's own code and read back.
 """
 import csv
+import dataclasses
 import json
+import re
+import types
 
 import gin
 import pytest
 import seqio
 
 import t5_tasks  # pylint: disable=unused-import  (registers the tasks)
+from t5_tasks import families
 from t5_tasks import preprocessors
 from t5_tasks import tasks
 from t5_tasks.sources import heap
+from t5_tasks.sources import records
+from tests.conftest import PROJECT_ROOT
 
 LENGTHS = {"inputs": 512, "targets": 64}
 EOS = 1
@@ -249,3 +256,93 @@ def test_tfds_variants_yield_the_file_tasks_examples(name, tfds_dir):
       _check_candidates(ex)
     assert _content(examples) == _content(task_examples(name, split)), split
   assert set(file_task.splits) <= set(tfds_task.splits)
+
+
+def test_every_declared_task_is_registered_with_its_splits():
+  for family in families.FAMILIES:
+    for task in family.tasks():
+      assert tuple(seqio.get_mixture_or_task(task.name).splits) == task.splits
+      if task.tfds:
+        assert tuple(seqio.get_mixture_or_task(f"{task.name}_tfds").splits) == tuple(task.tfds.splits)
+
+
+def test_variants_are_the_declaration_with_their_fields_replaced():
+  scopes = families.TIMEDIAL_CLOZE.tasks()
+  assert [t.name for t in scopes] == [f"timedial_cloze_{s}" for s in preprocessors.TIMEDIAL_SCOPES]
+  assert all(t.examples is families.timedial_examples and not t.variants for t in scopes)
+  assert [t.steps[0].keywords for t in scopes] == [{"scope": s} for s in preprocessors.TIMEDIAL_SCOPES]
+  criteria = {t.name: t for t in families.HEAP.tasks()}
+  assert criteria["heap_update_attenuator"].quickstart_files == {"heap/defeasible": {}}
+  assert criteria["heap_answer_validity"].tfds.name == "heap_comparisons/answer_validity:1.0.0"
+
+
+def test_a_dataset_has_one_set_of_quickstart_files(monkeypatch):
+  monkeypatch.setattr(tasks, "QUICKSTART_FILES", dict(tasks.QUICKSTART_FILES))
+  clash = dataclasses.replace(families.ASQ_INTENT_CLOZE, name="asq_clash",
+                              quickstart_files={"asq": {"test": "another.json"}})
+  with pytest.raises(ValueError, match="different quickstart files for 'asq'"):
+    tasks.register_family(clash)
+  assert "asq_clash" not in seqio.TaskRegistry.names()
+
+
+RIDDLES = {
+    "train": [{"id": "r1", "riddle": "What has keys but opens no locks?", "options": ["a piano", "a door"],
+               "answer": 0},
+              {"id": "r2", "riddle": "What gets wetter as it dries?", "options": ["the sun", "a towel"],
+               "answer": 1}],
+    "test": [{"id": "r3", "riddle": "What has a neck but no head?", "options": ["a bottle", "a snake"],
+              "answer": 0}],
+}
+
+
+def _readme_family_code() -> list[str]:
+  """The python blocks of the README's "Adding a task family": the reader, then the declaration."""
+  section = (PROJECT_ROOT / "README.md").read_text().split("## Adding a task family\n", 1)[1]
+  return re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], re.DOTALL)
+
+
+@pytest.fixture
+def readme_family(tmp_path, monkeypatch):
+  """The README's example family, its reader a module and its declaration run in families' scope."""
+  reader_code, declaration_code = _readme_family_code()
+  riddles = types.ModuleType("riddles")
+  exec(reader_code, vars(riddles))  # pylint: disable=exec-used
+  scope = {**vars(families), "riddles": riddles}
+  exec(declaration_code, scope)  # pylint: disable=exec-used
+  monkeypatch.setattr(tasks, "QUICKSTART_FILES", dict(tasks.QUICKSTART_FILES))
+  names = tasks.register_family(scope["RIDDLE_CLOZE"])
+  files = {}
+  for split, rows in RIDDLES.items():
+    files[split] = str(tmp_path / f"{split}.jsonl")
+    with open(files[split], "w") as f:
+      f.writelines(json.dumps(row) + "\n" for row in rows)
+  yield names, files
+  for name in names:
+    seqio.TaskRegistry.remove(name)
+  gin.clear_config()
+
+
+def test_the_readme_family_registers_and_reads_its_bound_files(readme_family):
+  names, files = readme_family
+  assert names == ("riddle_cloze",)
+  assert tasks.data_files("riddles") == {
+      split: str(tasks.QUICKSTART_DIR / f"riddles_{split}.jsonl") for split in ("train", "test")}
+  with gin.unlock_config():
+    gin.bind_parameter("t5_tasks.tasks.data_files.files", {"riddles": files})
+  for split, rows in RIDDLES.items():
+    examples = task_examples("riddle_cloze", split)
+    assert [ex["id"].decode() for ex in examples] == [row["id"] for row in rows]
+    for ex, row in zip(examples, rows):
+      _check_candidates(ex)
+      assert ex["inputs_pretokenized"].decode() == row["riddle"]
+      assert [c.decode() for c in ex["candidates_pretokenized"]] == row["options"]
+      assert ex["targets_pretokenized"].decode() == row["options"][row["answer"]]
+  task = seqio.get_mixture_or_task("riddle_cloze")
+  assert task.source.examples("test")[0]["candidate_labels"] == [1, 0]
+  bad = files["test"].replace("test.jsonl", "bad.jsonl")
+  with open(bad, "w") as f:
+    f.write(json.dumps({**RIDDLES["test"][0], "answer": 2}) + "\n")
+  with gin.unlock_config():
+    gin.bind_parameter("t5_tasks.tasks.data_files.files", {"riddles": {"test": bad}})
+  with pytest.raises(records.RecordError, match=r"bad.jsonl:1: field 'answer'"):
+    task.source.examples("test")

@@ -1,4 +1,5 @@
-"""Turning a list of cloze or preference examples into padded numpy arrays for the runner."""
+"""Tokenized cloze or preference examples padded into numpy arrays, independently of
+runner.data: what the runner tests compare the scores of their batches against."""
 from typing import Any, Mapping, Sequence
 
 import numpy as np
