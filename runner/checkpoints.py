@@ -1,7 +1,8 @@
 """Checkpoints: the one loader of parameters, a training run's orbax checkpoints, a clean exit on SIGTERM.
 
 `load_params` is how train (INITIAL_CHECKPOINT_PATH), evaluate, infer and serve read parameters,
-whatever the format, with one architecture check. A run's checkpoints live in `MODEL_DIR/checkpoints/<step>/` with three items: `params` and
+whatever the format, with one architecture check. A run's checkpoints live in
+`MODEL_DIR/checkpoints/<step>/` with three items: `params` and
 `opt_state` (orbax StandardSave, one file set per array, written by every host for its shards)
 and `data` (JSON: the data position to resume from). A params-only checkpoint (`save_params`, as
 scripts/convert_checkpoint.py writes) is a plain orbax PyTree directory. Restoring reads the
@@ -129,9 +130,9 @@ def agreed_config(path, saved: T5Config | None, configured: T5Config | None) -> 
 
 
 def _check_shapes(path, shapes, config: T5Config) -> None:
-  """Every transformer parameter of `config` is in the checkpoint with its shape (a reward head may be too)."""
-  expected = flax.traverse_util.flatten_dict(jax.eval_shape(lambda: init_params(config, jax.random.PRNGKey(0))),
-                                             sep="/")
+  """Every transformer parameter of `config` is in the checkpoint, with its shape (a reward head may be too)."""
+  abstract = jax.eval_shape(lambda: init_params(config, jax.random.PRNGKey(0)))
+  expected = flax.traverse_util.flatten_dict(abstract, sep="/")
   found = {name: leaf for name, leaf in flax.traverse_util.flatten_dict(shapes, sep="/").items()
            if not name.startswith(reward_lib.HEAD)}
   # Shapes first: a wrong width shows in every layer, a wrong depth only in the last ones.

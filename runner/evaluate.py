@@ -38,7 +38,8 @@ def _reward_scorer(config: T5Config, length_normalize: bool):
   del length_normalize  # a reward is one number per response
   def score(params, inputs, candidates):
     if reward_lib.HEAD not in params:
-      raise ValueError(f"SCORER='reward' needs a reward model; the checkpoint has no '{reward_lib.HEAD}' parameters")
+      raise ValueError(f"SCORER='reward' needs a reward model; the checkpoint has no "
+                       f"'{reward_lib.HEAD}' parameters")
     return reward_lib.reward(config, params, inputs, candidates)
   return score
 

@@ -38,7 +38,8 @@ class NonFiniteLossError(FloatingPointError):
   pass
 
 
-def _initial_params(config, objective: trainer.Objective, initial_checkpoint_path, seed, mesh=None, rules=None):
+def _initial_params(config, objective: trainer.Objective, initial_checkpoint_path, seed, mesh=None,
+                    rules=None):
   """Random parameters, or INITIAL_CHECKPOINT_PATH's; a reward model gets a head unless it has one."""
   rng = jax.random.PRNGKey(seed)
   loaded = (checkpoints.load_params(initial_checkpoint_path, config, mesh, rules)[1]

@@ -40,9 +40,6 @@ from t5_tasks.sources import tfds_builders  # pylint: disable=unused-import  (re
 QUICKSTART_DIR = pathlib.Path(__file__).resolve().parent / "data"
 # Dataset key -> {split or "all": file in QUICKSTART_DIR}, from the registered families.
 QUICKSTART_FILES: dict[str, dict[str, str]] = {}
-# Example signatures, for tasks declared outside the families (tests/runner/test_learning.py).
-CLOZE_SIGNATURE = families.CLOZE_SIGNATURE
-SIGNATURES = families.SIGNATURES
 
 
 @gin.configurable

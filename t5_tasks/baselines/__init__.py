@@ -22,7 +22,7 @@ class CandidateItem:
 
 
 def example_context(example: Mapping[str, object]) -> str:
-  """The text a task example's candidates answer, from its raw fields (t5_tasks.tasks SIGNATURES).
+  """The text a task example's candidates answer, from its raw fields (t5_tasks.families SIGNATURES).
 
   TimeDial: the dialog's turns; HEAP: the context fields' texts; summarize-from-feedback: title
   and post; ASQ: the narrative (its `inputs`).

@@ -59,7 +59,7 @@ def _scored_tasks():
 
 
 def _task_arrays(task_name):
-  """The task's items straight from seqio, padded by t5_tasks.batching (not by runner.data)."""
+  """The task's items straight from seqio, padded by tests.helpers.batching (not by runner.data)."""
   examples = list(seqio.get_mixture_or_task(task_name).get_dataset(
       LENGTHS, split=SPLIT, shuffle=False).as_numpy_iterator())
   arrays = batching.candidates_to_numpy(examples, candidate_length=LENGTHS["targets"])

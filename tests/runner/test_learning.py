@@ -24,6 +24,7 @@ from runner import evaluate
 from runner import outputs
 from runner import train
 from runner import trainer
+from t5_tasks import families
 from t5_tasks import metrics
 from t5_tasks import preprocessors
 from t5_tasks import tasks
@@ -76,10 +77,10 @@ def preference_items():
 
 @pytest.fixture(scope="module", autouse=True)
 def synthetic_tasks():
-  cloze_signature = {**tasks.CLOZE_SIGNATURE, "inputs": tf.TensorSpec([], tf.string)}
+  cloze_signature = {**families.CLOZE_SIGNATURE, "inputs": tf.TensorSpec([], tf.string)}
   for name, build, signature, make_inputs, metric_fn in (
       (CLOZE_TASK, cloze_items, cloze_signature, preprocessors.cloze_targets, metrics.asq_metric_fn),
-      (PREFERENCE_TASK, preference_items, tasks.SIGNATURES["preference"], preprocessors.preference_inputs,
+      (PREFERENCE_TASK, preference_items, families.SIGNATURES["preference"], preprocessors.preference_inputs,
        metrics.preference_metric_fn)):
     seqio.TaskRegistry.add(
         name, source=tasks.ReaderSource(build, signature, tuple(SIZES), files_key=[]),
