@@ -170,11 +170,13 @@ def load_params(path, model_config: T5Config | None = None, mesh=None,
     return config, jax.device_put(params, placement(params, config, mesh, rules))
   location = _params_location(path)
   config = agreed_config(path, _saved_config(location), model_config)
-  checkpointer = ocp.StandardCheckpointer()
-  shapes = checkpointer.metadata(location).item_metadata.tree
+  # The item's own handler: a training step's `params` is one item of a composite checkpoint,
+  # whose step-level metadata a StandardCheckpointer would look for (and warn about) in it.
+  handler = ocp.StandardCheckpointHandler()
+  shapes = handler.metadata(epath.Path(location)).tree
   _check_shapes(path, shapes, config)
   target = partitioning.with_shardings(shapes, placement(shapes, config, mesh, rules))
-  return config, checkpointer.restore(location, target)
+  return config, handler.restore(epath.Path(location), args=ocp.args.StandardRestore(target))
 
 
 class PreemptionGuard:

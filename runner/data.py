@@ -126,13 +126,16 @@ def get_provider(name: str):
   return seqio.get_mixture_or_task(name)
 
 
-def mixture_rates(name: str) -> list[tuple[str, float]]:
-  """(task name, share of the examples it contributes) of a mixture, or [(task, 1.0)] for a task."""
+def mixture_rates(name: str, split: str) -> list[tuple[str, float]]:
+  """(task name, share of the examples it contributes to `split`) of a mixture, or [(task, 1.0)].
+
+  As seqio's Mixture.get_dataset, tasks without `split` (TimeDial's test-only cloze) take no share.
+  """
   import seqio  # pylint: disable=g-import-not-at-top
   provider = get_provider(name)
   if not isinstance(provider, seqio.Mixture):
     return [(provider.name, 1.0)]
-  rates = [(task.name, float(provider.get_rate(task))) for task in provider.tasks]
+  rates = [(task.name, float(provider.get_rate(task))) for task in provider.tasks if split in task.splits]
   total = sum(rate for _, rate in rates) or 1.0
   return [(task, rate / total) for task, rate in rates]
 

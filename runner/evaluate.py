@@ -13,7 +13,6 @@ import os
 
 import jax
 import numpy as np
-from absl import logging
 
 from models import reward as reward_lib
 from models import scoring
@@ -126,7 +125,7 @@ def _number(value) -> float:
   return float(getattr(value, "value", value))  # seqio metric fns may return seqio.metrics.Scalar
 
 
-def _interval_entries(flat: dict) -> dict:
+def _interval_entries(task_name: str, flat: dict) -> dict:
   """seqio's flat `{name, name_low, name_high}` -> `{name: {"value", "low", "high"}}`; NaNs dropped."""
   entries = {}
   for name, value in flat.items():
@@ -135,7 +134,7 @@ def _interval_entries(flat: dict) -> dict:
     value = _number(value)
     low, high = _number(flat.get(f"{name}_low", value)), _number(flat.get(f"{name}_high", value))
     if np.isnan((value, low, high)).any():
-      logging.warning("metric %s is undefined on these items (NaN); left out of metrics.json", name)
+      print(f"{task_name}: {name} is undefined on these items (NaN); left out of metrics.json")
     else:
       entries[name] = outputs.interval(value, low, high)
   return entries
@@ -151,7 +150,7 @@ def task_metrics(task, records: list[dict]) -> dict:
   scores = [r["scores"] for r in records]
   metrics = {}
   for metric_fn in task.score_metric_fns:
-    metrics.update(_interval_entries(metric_fn(targets=targets, scores=scores)))
+    metrics.update(_interval_entries(task.name, metric_fn(targets=targets, scores=scores)))
   return metrics
 
 

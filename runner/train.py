@@ -93,9 +93,9 @@ def _real_tokens(batch):
   return tokens * jax.process_count()
 
 
-def _print_mixture(name):
+def _print_mixture(name, split):
   """Prints the tasks the run trains on and their shares; an unknown name stops the run here."""
-  rates = data.mixture_rates(name)
+  rates = data.mixture_rates(name, split)
   if jax.process_index() == 0:
     print(f"training on {name}: " + ", ".join(f"{task} {rate:.1%}" for task, rate in rates), flush=True)
 
@@ -120,7 +120,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   goal = trainer.get_objective(objective)
   partitioning.initialize_distributed(multi_host)
   if batch_source is None:
-    _print_mixture(mixture_or_task_name)
+    _print_mixture(mixture_or_task_name, split)
   if compilation_cache_dir:
     jax.config.update("jax_compilation_cache_dir", compilation_cache_dir)
   mesh = partitioning.create_mesh(*mesh_shape)

@@ -6,8 +6,20 @@ orbax, seqio, TFDS and the HTTP server log every file and request at INFO throug
 from absl import flags
 from absl import logging
 
+# seqio's warnings, once per task and dataset build, about what this project does on purpose:
+# tasks read from files (not a seqio cache) and test-only tasks in a training mixture. The
+# run's own "training on ..." line says which tasks train and with what share.
+_EXPECTED_WARNINGS = ("not cached so using number of input examples",
+                      "Using an uncached FunctionDataset for training",
+                      "split, skipping.")
+
+
+def _unexpected(record) -> bool:
+  return not any(text in record.getMessage() for text in _EXPECTED_WARNINGS)
+
 
 def quiet_libraries() -> None:
   """Shows the libraries' warnings and errors only, unless --verbosity was given."""
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
+    logging.get_absl_logger().addFilter(_unexpected)
