@@ -15,7 +15,8 @@ from flax import traverse_util
 from models.config import T5Config
 from models.network import init_params
 
-_FEED_FORWARD = {
+# HF feed_forward_proj -> our mlp_activations.
+FEED_FORWARD = {
     "gated-gelu": ("gelu", "linear"),
     "gated-relu": ("relu", "linear"),
     "gated-silu": ("silu", "linear"),
@@ -23,11 +24,16 @@ _FEED_FORWARD = {
     "gelu": ("gelu",),
 }
 _ATTENTION = {"q": "query", "k": "key", "v": "value", "o": "out"}
-# HF sub-layer index -> our sub-layer names, per stack.
-_ENCODER_SUBLAYERS = {"0": ("attention", "pre_attention_layer_norm"), "1": ("mlp", "pre_mlp_layer_norm")}
-_DECODER_SUBLAYERS = {"0": ("self_attention", "pre_self_attention_layer_norm"),
-                      "1": ("encoder_decoder_attention", "pre_cross_attention_layer_norm"),
-                      "2": ("mlp", "pre_mlp_layer_norm")}
+_MLP = "DenseReluDense"
+# HF sub-layer index -> (HF module, our module, our layer norm), per stack.
+_SUBLAYERS = {
+    "encoder": {"0": ("SelfAttention", "attention", "pre_attention_layer_norm"),
+                "1": (_MLP, "mlp", "pre_mlp_layer_norm")},
+    "decoder": {"0": ("SelfAttention", "self_attention", "pre_self_attention_layer_norm"),
+                "1": ("EncDecAttention", "encoder_decoder_attention", "pre_cross_attention_layer_norm"),
+                "2": (_MLP, "mlp", "pre_mlp_layer_norm")},
+}
+_RELATIVE_BIAS = "block.0.layer.0.SelfAttention.relative_attention_bias.weight"  # block 0's, shared by all
 _TIED_ALIASES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
 
 
@@ -50,7 +56,7 @@ def config_from_hf(hf_config: dict, path="config.json") -> T5Config:
   from `lm_head.weight`, or copied from the embedding when the checkpoint ties it without rescaling.
   """
   proj = hf_config.get("feed_forward_proj", "relu")
-  if proj not in _FEED_FORWARD:
+  if proj not in FEED_FORWARD:
     raise CheckpointImportError(f"{path}: field 'feed_forward_proj': unsupported value {proj!r}")
   try:
     return T5Config(
@@ -59,7 +65,7 @@ def config_from_hf(hf_config: dict, path="config.json") -> T5Config:
         num_heads=hf_config["num_heads"],
         head_dim=hf_config["d_kv"],
         mlp_dim=hf_config["d_ff"],
-        mlp_activations=_FEED_FORWARD[proj],
+        mlp_activations=FEED_FORWARD[proj],
         num_encoder_layers=hf_config["num_layers"],
         num_decoder_layers=hf_config.get("num_decoder_layers") or hf_config["num_layers"],
         dropout_rate=hf_config.get("dropout_rate", 0.1),
@@ -73,7 +79,11 @@ def config_from_hf(hf_config: dict, path="config.json") -> T5Config:
 
 
 def hf_name_to_path(name: str):
-  """(our parameter path, transpose?) for one HF tensor name; None when the name is not T5's."""
+  """(our parameter path, transpose?) for one HF tensor name; None when the name is not T5's.
+
+  The one mapping between the two namings: import reads it forwards, export
+  (`models.checkpoint_export`) backwards over `hf_tensor_names`.
+  """
   if name == "shared.weight":
     return "token_embedder/embedding", False
   if name == "lm_head.weight":
@@ -81,27 +91,40 @@ def hf_name_to_path(name: str):
   m = re.fullmatch(r"(encoder|decoder)\.final_layer_norm\.weight", name)
   if m:
     return f"{m[1]}/{m[1]}_norm/scale", False
-  m = re.fullmatch(r"(encoder|decoder)\.block\.0\.layer\.0\.SelfAttention\.relative_attention_bias\.weight", name)
+  m = re.fullmatch(r"(encoder|decoder)\." + re.escape(_RELATIVE_BIAS), name)
   if m:
     return f"{m[1]}/relpos_bias/rel_embedding", True
   m = re.fullmatch(r"(encoder|decoder)\.block\.(\d+)\.layer\.(\d)\.(.+)", name)
   if not m:
     return None
   stack, block, sublayer, rest = m.groups()
-  names = (_ENCODER_SUBLAYERS if stack == "encoder" else _DECODER_SUBLAYERS).get(sublayer)
+  names = _SUBLAYERS[stack].get(sublayer)
   if names is None:
     return None
-  module, norm = names
+  hf_module, module, norm = names
   prefix = f"{stack}/layers_{block}"
   if rest == "layer_norm.weight":
     return f"{prefix}/{norm}/scale", False
-  m = re.fullmatch(r"(?:SelfAttention|EncDecAttention)\.([qkvo])\.weight", rest)
-  if m and module != "mlp":
-    return f"{prefix}/{module}/{_ATTENTION[m[1]]}/kernel", True
-  m = re.fullmatch(r"DenseReluDense\.(wi_0|wi_1|wi|wo)\.weight", rest)
-  if m and module == "mlp":
-    return f"{prefix}/mlp/{m[1]}/kernel", True
-  return None
+  if hf_module == _MLP:
+    m = re.fullmatch(rf"{_MLP}\.(wi_0|wi_1|wi|wo)\.weight", rest)
+    return (f"{prefix}/mlp/{m[1]}/kernel", True) if m else None
+  m = re.fullmatch(rf"{hf_module}\.([qkvo])\.weight", rest)
+  return (f"{prefix}/{module}/{_ATTENTION[m[1]]}/kernel", True) if m else None
+
+
+def hf_tensor_names(config: T5Config) -> list[str]:
+  """Every HF tensor name of a checkpoint of `config` (one per parameter; tied copies left out)."""
+  names = ["shared.weight"] + ([] if config.logits_via_embedding else ["lm_head.weight"])
+  mlp = ("wi_0", "wi_1", "wo") if len(config.mlp_activations) > 1 else ("wi", "wo")
+  for stack, depth in (("encoder", config.num_encoder_layers), ("decoder", config.num_decoder_layers)):
+    names += [f"{stack}.final_layer_norm.weight", f"{stack}.{_RELATIVE_BIAS}"]
+    for block in range(depth):
+      for sublayer, (hf_module, _, _) in _SUBLAYERS[stack].items():
+        prefix = f"{stack}.block.{block}.layer.{sublayer}"
+        names.append(f"{prefix}.layer_norm.weight")
+        weights = mlp if hf_module == _MLP else _ATTENTION
+        names += [f"{prefix}.{hf_module}.{weight}.weight" for weight in weights]
+  return names
 
 
 def _read_safetensors(directory: pathlib.Path):

@@ -24,6 +24,7 @@ from jax.sharding import SingleDeviceSharding
 
 from models import checkpoint_import
 from models import reward as reward_lib
+from models import t5x_checkpoint
 from models.config import T5Config
 from models.network import init_params
 from runner import outputs
@@ -159,14 +160,22 @@ def load_params(path, model_config: T5Config | None = None, mesh=None,
   """(T5Config, params) of any checkpoint this project reads, placed on `mesh` (None: one device).
 
   `path` is a training run's MODEL_DIR (its latest step), its checkpoints/ directory, one step
-  directory, a params-only orbax checkpoint (scripts/convert_checkpoint.py) or a Hugging Face
-  directory (config.json + *.safetensors). The architecture is the checkpoint's recorded one
-  checked against `model_config` (gin MODEL_CONFIG) by `agreed_config`, and the parameter shapes
-  against the result; a reward head, when present, comes along.
+  directory, a params-only orbax checkpoint (scripts/convert_checkpoint.py), a Hugging Face
+  directory (config.json + *.safetensors) or a t5x checkpoint, legacy or orbax layout, in a bucket
+  or not (a t5x model directory: its latest checkpoint_<step>/; `models.t5x_checkpoint`). The
+  architecture is the checkpoint's recorded one checked against `model_config` (gin MODEL_CONFIG)
+  by `agreed_config` (a t5x checkpoint records none: MODEL_CONFIG describes it), and the parameter
+  shapes against the result; a reward head, when present, comes along.
   """
   if is_hf_checkpoint(path):
     saved, params = checkpoint_import.load_hf_t5(path)
     config = agreed_config(path, saved, model_config)
+    return config, jax.device_put(params, placement(params, config, mesh, rules))
+  t5x_step = t5x_checkpoint.t5x_step_dir(path)
+  if t5x_step is not None:
+    config = agreed_config(t5x_step, None, model_config)
+    _check_shapes(t5x_step, t5x_checkpoint.t5x_shapes(t5x_step), config)  # before reading any array
+    params = t5x_checkpoint.load_t5x(t5x_step)
     return config, jax.device_put(params, placement(params, config, mesh, rules))
   location = _params_location(path)
   config = agreed_config(path, _saved_config(location), model_config)
@@ -180,33 +189,42 @@ def load_params(path, model_config: T5Config | None = None, mesh=None,
 
 
 class PreemptionGuard:
-  """Turns SIGTERM (TPU preemption, `kill`) into a flag the training loop checks after each step.
+  """Turns SIGTERM (TPU preemption, `kill`) and SIGINT (Ctrl-C) into a flag the training loop
+  checks after each step, so that either saves a checkpoint before the run stops.
 
   With several processes jax's own preemption sync point decides (orbax asks it), so that every
-  host saves at the same step; one process installs a plain signal handler.
+  host saves at the same step; one process installs plain signal handlers. `signal_number` is
+  the signal received (None when none was), for the script's exit code.
   """
+
+  SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
   def __init__(self, manager):
     self._manager = manager
-    self._signalled = False
-    self._previous = None
+    self.signal_number = None
+    self._previous = {}
 
   def __enter__(self):
     # Python delivers signals to the main thread only; elsewhere the flag stays unset.
     if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
-      self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+      self._previous = {number: signal.signal(number, self._on_signal) for number in self.SIGNALS}
     return self
 
   def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    for number, previous in self._previous.items():
+      signal.signal(number, previous)
+    self._previous = {}
 
-  def _on_sigterm(self, signum, frame):
-    logging.warning("SIGTERM received: saving a checkpoint at the end of this step, then exiting")
-    self._signalled = True
+  def _on_signal(self, signum, frame):
+    del frame
+    logging.warning("%s received: saving a checkpoint at the end of this step, then exiting",
+                    signal.Signals(signum).name)
+    self.signal_number = signum
 
   def should_stop(self, step) -> bool:
-    return self._signalled or (jax.process_count() > 1 and self._manager.reached_preemption(step))
+    if self.signal_number is None and jax.process_count() > 1 and self._manager.reached_preemption(step):
+      self.signal_number = signal.SIGTERM  # jax's sync point: some host was preempted
+    return self.signal_number is not None
 
 
 def write_model_config(directory: str, config: T5Config) -> str:

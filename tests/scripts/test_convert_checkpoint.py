@@ -1,19 +1,30 @@
-"""A random HF T5 converted to orbax loads back to the same parameters and scores the same."""
+"""scripts.convert_checkpoint: a random HF T5 or t5x checkpoint converted to orbax loads back to the same
+parameters and scores the same; the export writes the same tensors back; one direction per call."""
+import json
 import os
+import re
 import subprocess
 import sys
 
 import jax
 import numpy as np
 import pytest
+from absl import app
 from flax import traverse_util
+from safetensors.numpy import load_file
 
+from models import checkpoint_import
 from models.checkpoint_import import load_hf_t5
+from models.config import T5Config
 from models.scoring import score_candidates
 from runner import checkpoints
 from scripts import convert_checkpoint
 from tests.conftest import PROJECT_ROOT
+from tests.models import t5x_fixtures
 from tests.models.hf_reference import hf_candidate_scores, make_hf_t5, random_ids
+
+TINY = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
+                num_encoder_layers=2, num_decoder_layers=2)  # gin/models/t5_1_1/tiny.gin
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +38,12 @@ def converted(tmp_path_factory):
 
 def _flat(params):
   return traverse_util.flatten_dict(jax.tree.map(np.asarray, params), sep="/")
+
+
+def _run(*args):
+  return subprocess.run([sys.executable, "-m", "scripts.convert_checkpoint", *args], cwd=PROJECT_ROOT,
+                        capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
 
 
 def test_converted_params_equal_the_imported_ones_exactly(converted):
@@ -63,10 +80,67 @@ def test_refuses_to_overwrite(converted):
 def test_command_line_writes_checkpoint_and_config(converted, tmp_path):
   _, hf_dir, _, config = converted
   out = tmp_path / "cli"
-  result = subprocess.run(
-      [sys.executable, "-m", "scripts.convert_checkpoint", f"--hf_dir={hf_dir}", f"--out={out}"],
-      cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
-      env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  result = _run(f"--hf_dir={hf_dir}", f"--out={out}")
   assert result.returncode == 0, result.stderr[-2000:]
   assert checkpoints.read_model_config(str(out)) == config
   assert os.path.isdir(out / "params")
+
+
+# --- t5x in, Hugging Face out -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def t5x_model_dir(tmp_path_factory):
+  """A t5x model directory (legacy layout) of a random tiny T5.1.1, and its parameters."""
+  params = t5x_fixtures.random_params(TINY, seed=21)
+  model_dir = tmp_path_factory.mktemp("t5x") / "base"
+  t5x_fixtures.write_legacy(model_dir, 4000, params)
+  return model_dir, params
+
+
+def test_t5x_checkpoint_converts_to_the_same_parameters(t5x_model_dir, tmp_path):
+  model_dir, params = t5x_model_dir
+  result = _run(f"--t5x_dir={model_dir}", "--gin_file=gin/models/t5_1_1/tiny.gin",
+                f"--out={tmp_path / 'out'}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert str(tmp_path / "out" / "params") in result.stdout
+  config, restored = checkpoints.load_params(str(tmp_path / "out"))  # t5_config.json from MODEL_CONFIG
+  assert config == TINY
+  restored, expected = _flat(restored), _flat(params)
+  assert sorted(restored) == sorted(expected)
+  for path, value in expected.items():
+    np.testing.assert_array_equal(restored[path], value, err_msg=path)
+
+
+def test_export_writes_what_transformers_reads(converted, tmp_path):
+  _, hf_dir, out, config = converted
+  result = _run(f"--checkpoint={out}", f"--to_hf={tmp_path / 'hf'}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert str(tmp_path / "hf" / "model.safetensors") in result.stdout
+  assert checkpoint_import.config_from_hf(json.loads((tmp_path / "hf" / "config.json").read_text())) == config
+  exported = load_file(str(tmp_path / "hf" / "model.safetensors"))
+  original = load_file(str(hf_dir / "model.safetensors"))
+  assert sorted(exported) == sorted(original)
+  for name, value in exported.items():
+    np.testing.assert_array_equal(value, original[name], err_msg=name)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({}, "give exactly one of --hf_dir or --t5x_dir"),
+    ({"hf_dir": "a", "t5x_dir": "b", "out": "c"}, "got --hf_dir, --t5x_dir"),
+    ({"checkpoint": "a"}, "--checkpoint needs --to_hf DIR"),
+    ({"t5x_dir": "a", "to_hf": "b"}, "--t5x_dir needs --out DIR"),
+    ({"checkpoint": "a", "to_hf": "b", "out": "c"}, "--out does not go with --checkpoint"),
+    ({"t5x_dir": "a", "out": "b"}, "--t5x_dir: a t5x checkpoint records no architecture"),
+])
+def test_one_direction_per_call(values, message):
+  values = {name: values.get(name) for name in ("hf_dir", "t5x_dir", "checkpoint", "out", "to_hf", "gin")}
+  with pytest.raises(app.UsageError, match=re.escape(message)):
+    convert_checkpoint._check_directions(values)  # pylint: disable=protected-access
+
+
+def test_a_directory_of_another_format_is_a_usage_error(converted, tmp_path):
+  _, hf_dir, _, _ = converted
+  result = _run(f"--t5x_dir={hf_dir}", "--gin_file=gin/models/t5_1_1/tiny.gin", f"--out={tmp_path / 'out'}")
+  assert result.returncode != 0 and f"--t5x_dir {hf_dir}: no t5x checkpoint there" in result.stderr
+  assert not (tmp_path / "out").exists()
