@@ -140,6 +140,33 @@ def mixture_rates(name: str, split: str) -> list[tuple[str, float]]:
   return [(task, rate / total) for task, rate in rates]
 
 
+def tasks_with_split(name: str, split: str) -> list:
+  """The seqio tasks of mixture (or task) `name` that have `split`."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  provider = get_provider(name)
+  tasks = provider.tasks if isinstance(provider, seqio.Mixture) else [provider]
+  return [task for task in tasks if split in task.splits]
+
+
+def source_provenance(task) -> dict:
+  """What a task's data source read: files (path, size, sha256) and examples per split.
+
+  t5_tasks' file-backed sources describe themselves (`data_provenance`); runner does not import
+  t5_tasks, so any other source is named by seqio's description of it (a TFDS one by its name).
+  """
+  describe = getattr(task.source, "data_provenance", None)
+  return describe() if describe is not None else {"source": str(task.source)}
+
+
+def require_examples(tasks, split: str) -> None:
+  """Stops with the task, split and files named when a task's `split` holds no example."""
+  for task in tasks:
+    if task.num_input_examples(split) == 0:
+      files = [f["path"] for f in source_provenance(task).get("files", [])]
+      raise ValueError(f"task {task.name}: split {split!r} has no examples (files read: "
+                       f"{', '.join(files) or 'none'}); bind files that hold {split!r} records")
+
+
 def _chunks(iterator, size):
   while chunk := list(itertools.islice(iterator, size)):
     yield chunk

@@ -7,9 +7,18 @@ the task's metadata. Lines are appended as batches finish, so an interrupted eva
 the items already written when run again; metrics are computed from the finished file with the
 task's own seqio score metric functions (95% bootstrap intervals), so a resumed run and an
 uninterrupted one give the same `metrics.json`.
+
+Every output directory records its provenance (`evaluation.json`, and metrics.json's
+"provenance"): the checkpoint's step and a fingerprint of its parameters, the model config, each
+data file read (path, size, sha256) and the examples per split, the vocabulary, feature lengths,
+scorer and normalisation, and the project's git commit. Resuming into a directory whose recorded
+provenance differs in anything that changes scores is refused.
 """
+import dataclasses
+import hashlib
 import json
 import os
+import subprocess
 
 import jax
 import numpy as np
@@ -25,6 +34,12 @@ from runner import report
 from runner.progress import Progress
 
 SETTINGS_FILE = "evaluation.json"  # what an output directory holds, checked before resuming
+# Provenance fields that do not change scores: a moved checkpoint or a new commit may resume.
+NOT_SCORE_FIELDS = ("checkpoint_path", "version")
+# Elements hashed per parameter: all of a smaller one, an evenly strided sample of a larger one
+# (with its shape), so that fingerprinting an XXL model costs a few MB of transfers, not 40 GB.
+FINGERPRINT_SAMPLE = 1 << 16
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _likelihood_scorer(config: T5Config, length_normalize: bool):
@@ -174,17 +189,92 @@ def candidate_tasks(mixture_or_task_name: str, split: str):
   return chosen
 
 
+def checkpoint_step(checkpoint_path: str) -> int | None:
+  """The training step of the checkpoint evaluation reads (`<step>/params`), None when it has none."""
+  try:
+    location = checkpoints._params_location(checkpoint_path)  # pylint: disable=protected-access
+  except (FileNotFoundError, NotADirectoryError):  # Hugging Face or t5x: no orbax step directory
+    return None
+  name = os.path.basename(os.path.dirname(location))
+  return int(name) if name.isdigit() else None
+
+
+def params_fingerprint(params) -> str:
+  """sha256 over every parameter's path, shape, dtype and values (a strided sample of a big one)."""
+  digest = hashlib.sha256()
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    stride = max(1, leaf.size // FINGERPRINT_SAMPLE)
+    sample = np.asarray(jax.device_get(leaf.reshape(-1)[::stride]))
+    digest.update(f"{jax.tree_util.keystr(path)} {leaf.shape} {leaf.dtype} {stride}\n".encode())
+    digest.update(sample.tobytes())
+  return "sha256:" + digest.hexdigest()
+
+
+def project_version() -> str:
+  """The project's git commit ("+modified" when tracked files differ from it), or "unknown"."""
+  def git(*args):
+    return subprocess.run(["git", "-C", PROJECT_ROOT, *args], capture_output=True, text=True,
+                          check=True, timeout=30).stdout.strip()
+  try:
+    commit = git("rev-parse", "HEAD")
+    return commit + ("+modified" if git("status", "--porcelain", "--untracked-files=no") else "")
+  except (OSError, subprocess.SubprocessError):  # no git, or not a checkout (an installed copy)
+    return "unknown"
+
+
+def _vocabulary(tasks) -> dict:
+  vocabulary = tasks[0].output_features["inputs"].vocabulary
+  vocabulary = getattr(vocabulary, "resolved", vocabulary)  # t5_tasks' gin-configured wrapper
+  return {"class": type(vocabulary).__name__, "size": int(vocabulary.vocab_size),
+          "model_file": getattr(vocabulary, "sentencepiece_model_file", None)}
+
+
+def provenance(*, mixture_or_task_name, split, checkpoint_path, config: T5Config, params, tasks,
+               task_feature_lengths, scorer, length_normalize) -> dict:
+  """What produced an evaluation's numbers (the module docstring lists it), as JSON reads it back
+  (tuples as lists), so that it compares equal to a recorded one."""
+  record = {"mixture_or_task_name": mixture_or_task_name, "split": split, "scorer": scorer,
+            "length_normalize": bool(length_normalize), "checkpoint_path": os.path.abspath(checkpoint_path),
+            "checkpoint_step": checkpoint_step(checkpoint_path),
+            "params_fingerprint": params_fingerprint(params), "model_config": dataclasses.asdict(config),
+            "task_feature_lengths": dict(task_feature_lengths), "vocabulary": _vocabulary(tasks),
+            "data": {task.name: data.source_provenance(task) for task in tasks},
+            "version": project_version()}
+  return json.loads(json.dumps(record))
+
+
 def _check_settings(output_dir: str, settings: dict) -> None:
-  """Refuses to resume predictions made with other settings; records the settings otherwise."""
+  """Refuses to resume predictions of another provenance, naming the fields; records it otherwise."""
   path = os.path.join(output_dir, SETTINGS_FILE)
   if os.path.exists(path) and outputs.read_written_ids(os.path.join(output_dir, outputs.PREDICTIONS_FILE)):
     with open(path, encoding="utf-8") as f:
       previous = json.load(f)
-    if previous != settings:
-      changed = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
-      raise ValueError(f"{path}: {output_dir} holds predictions made with other settings ({changed}); "
-                       "use a new EVAL_OUTPUT_DIR")
+    changed = sorted(k for k in set(previous) | set(settings)
+                     if k not in NOT_SCORE_FIELDS and previous.get(k) != settings.get(k))
+    if changed:
+      raise ValueError(
+          f"{output_dir} holds predictions of another evaluation; fields that differ from {path}: "
+          f"{', '.join(changed)} (recorded checkpoint step {previous.get('checkpoint_step')}, now "
+          f"{settings.get('checkpoint_step')}); resuming would mix their scores. Use a new "
+          "EVAL_OUTPUT_DIR, or delete this one to start over")
   outputs.atomic_write_text(path, json.dumps(settings, indent=2, sort_keys=True) + "\n")
+
+
+def _notes(settings: dict) -> list[str]:
+  """The provenance lines of the report header and the console."""
+  step = settings["checkpoint_step"]
+  files = [f for task_data in settings["data"].values() for f in task_data.get("files", [])]
+  unique = {f["path"]: f for f in files}
+  lines = [f"checkpoint {settings['checkpoint_path']}" + (f" at step {step}" if step is not None else "")
+           + f", parameters {settings['params_fingerprint'][:23]}…",
+           f"vocabulary {settings['vocabulary']['class']} ({settings['vocabulary']['size']} ids), "
+           f"feature lengths {settings['task_feature_lengths']}, project version {settings['version']}",
+           "data: " + ("; ".join(f"{f['path']} ({f['bytes']} bytes, sha256 {f['sha256'][:12]})"
+                                 for f in unique.values()) or "no files (TFDS or other sources)")]
+  quickstart = sorted({f["dataset"] for f in unique.values() if f["quickstart"]})
+  if quickstart:
+    lines.append(f"QUICKSTART DATA (a few hand-written examples, not the datasets): {', '.join(quickstart)}")
+  return lines
 
 
 def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path: str, output_dir: str,
@@ -208,15 +298,19 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   if batch_size % mesh.shape["data"]:
     raise ValueError(f"BATCH_SIZE {batch_size} is not divisible by the mesh's data axis "
                      f"({mesh.shape['data']})")
-  settings = {"mixture_or_task_name": mixture_or_task_name, "split": split, "scorer": scorer,
-              "length_normalize": bool(length_normalize), "checkpoint_path": os.path.abspath(checkpoint_path),
-              "task_feature_lengths": dict(task_feature_lengths)}
   tasks = candidate_tasks(mixture_or_task_name, split)
+  data.require_examples(tasks, split)
+  config, params = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)
+  settings = provenance(mixture_or_task_name=mixture_or_task_name, split=split,
+                        checkpoint_path=checkpoint_path, config=config, params=params, tasks=tasks,
+                        task_feature_lengths=task_feature_lengths, scorer=scorer,
+                        length_normalize=length_normalize)
   os.makedirs(output_dir, exist_ok=True)
   _check_settings(output_dir, settings)
   if run_config is not None:
     outputs.write_run_config(output_dir, run_config)
-  config, params = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)
+  notes = _notes(settings)
+  print("\n".join(notes), flush=True)
   score_fn = make_score_fn(config, scorer, length_normalize, mesh, rules)
   with outputs.PredictionsAppender(output_dir) as appender:
     if appender.done:
@@ -230,11 +324,11 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   for record in outputs.read_predictions(path):
     by_task.setdefault(record["task"], []).append(record)
   metrics = {task.name: task_metrics(task, by_task[task.name]) for task in tasks if task.name in by_task}
-  outputs.write_metrics(output_dir, metrics)
+  outputs.write_metrics(output_dir, metrics, provenance=settings)
   counts = report.Table("Items scored", ("task", "items"),
                         [(task.name, len(by_task.get(task.name, []))) for task in tasks])
-  notes = [f"{mixture_or_task_name}, split {split!r}, checkpoint {checkpoint_path}, scorer {scorer}"
-           + (", length-normalised" if scorer == "likelihood" and length_normalize else "")]
+  notes = [f"{mixture_or_task_name}, split {split!r}, scorer {scorer}"
+           + (", length-normalised" if scorer == "likelihood" and length_normalize else "")] + notes
   html_path = report.write_report(output_dir, title=f"Evaluation of {mixture_or_task_name}",
                                   metrics=metrics, tables=[counts], notes=notes)
   print(f"wrote {path}, {os.path.join(output_dir, outputs.METRICS_FILE)} and {html_path}", flush=True)

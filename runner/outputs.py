@@ -2,7 +2,8 @@
 
 An output directory holds `predictions.jsonl` (one JSON object per item, with
 at least "task" and "id"; candidate tasks add "scores", "prediction", "gold")
-and `metrics.json` (`{task: {metric: {"value", "low", "high"}}}`).
+and `metrics.json` (`{task: {metric: {"value", "low", "high"}}}`, plus a top-level
+"provenance" object saying what produced the numbers when the writer records one).
 Whole files are written atomically; `PredictionsAppender` writes line by line
 so that an interrupted evaluation can resume where it stopped.
 """
@@ -15,6 +16,8 @@ from typing import Any, Iterable, Mapping
 PREDICTIONS_FILE = "predictions.jsonl"
 METRICS_FILE = "metrics.json"
 RUN_CONFIG_FILE = "config.gin"  # the gin configuration a run was started with, as t5x keeps it
+PROVENANCE_KEY = "provenance"  # metrics.json's record of checkpoint, data and settings
+FILE_MODE = 0o644  # outputs are read by others (a report server, a colleague); mkstemp makes 0600
 
 
 class OutputError(ValueError):
@@ -27,6 +30,7 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
   try:
+    os.chmod(tmp, FILE_MODE)
     with os.fdopen(fd, "wb") as f:
       f.write(data)
       f.flush()
@@ -83,8 +87,10 @@ def interval(value: float, low: float, high: float) -> dict[str, float]:
   return {"value": float(value), "low": float(low), "high": float(high)}
 
 
-def write_metrics(out_dir: str, metrics: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
-  """Writes `{task: {metric: {"value", "low", "high"}}}` to `out_dir/metrics.json`."""
+def write_metrics(out_dir: str, metrics: Mapping[str, Mapping[str, Mapping[str, float]]],
+                  provenance: Mapping[str, Any] | None = None) -> str:
+  """Writes `{task: {metric: {"value", "low", "high"}}}` to `out_dir/metrics.json`, with
+  `provenance` (what produced the numbers) under the top-level "provenance" key when given."""
   for task, by_name in metrics.items():
     for name, entry in by_name.items():
       missing = {"value", "low", "high"} - set(entry)
@@ -93,14 +99,27 @@ def write_metrics(out_dir: str, metrics: Mapping[str, Mapping[str, Mapping[str, 
       for key in ("value", "low", "high"):
         if not isinstance(entry[key], (int, float)) or math.isnan(entry[key]):
           raise OutputError(f"metrics[{task!r}][{name!r}]['{key}']: expected a number, got {entry[key]!r}")
+  if PROVENANCE_KEY in metrics:
+    raise OutputError(f"metrics: {PROVENANCE_KEY!r} is reserved for the provenance record, not a task")
+  content = dict(metrics) if provenance is None else {**metrics, PROVENANCE_KEY: provenance}
   path = os.path.join(out_dir, METRICS_FILE)
-  atomic_write_text(path, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+  atomic_write_text(path, json.dumps(content, indent=2, sort_keys=True) + "\n")
   return path
 
 
-def read_metrics(out_dir: str) -> dict:
+def _read_metrics_file(out_dir: str) -> dict:
   with open(os.path.join(out_dir, METRICS_FILE), encoding="utf-8") as f:
     return json.load(f)
+
+
+def read_metrics(out_dir: str) -> dict:
+  """`{task: {metric: {"value", "low", "high"}}}` of `out_dir/metrics.json` (provenance left out)."""
+  return {k: v for k, v in _read_metrics_file(out_dir).items() if k != PROVENANCE_KEY}
+
+
+def read_provenance(out_dir: str) -> dict | None:
+  """The provenance recorded in `out_dir/metrics.json`, or None when the writer recorded none."""
+  return _read_metrics_file(out_dir).get(PROVENANCE_KEY)
 
 
 def read_predictions(path: str) -> list[dict]:

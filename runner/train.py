@@ -8,6 +8,7 @@ through gin (`gin/runs/finetune.gin`).
 """
 import dataclasses
 import functools
+import json
 import math
 import os
 from typing import Callable, Iterator
@@ -32,6 +33,10 @@ class TrainResult:
   params: dict
   preempted: bool
   metrics: dict  # the last logged metrics
+  signal_number: int | None = None  # SIGTERM or SIGINT when a signal stopped the run
+
+
+DATA_FILES = "data_files.json"  # MODEL_DIR's record of the files each training task read
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -100,30 +105,70 @@ def _print_mixture(name, split):
     print(f"training on {name}: " + ", ".join(f"{task} {rate:.1%}" for task, rate in rates), flush=True)
 
 
+def preflight(*, train_steps: int, batch_size: int, accumulation_steps: int, data_axis: int,
+              model_config: T5Config, vocabulary_size: int | None) -> None:
+  """Stops a run that could not train as asked, before anything compiles or MODEL_DIR exists."""
+  if train_steps <= 0:
+    raise ValueError(f"TRAIN_STEPS must be positive, got {train_steps}: the run would save nothing")
+  if batch_size <= 0:
+    raise ValueError(f"BATCH_SIZE must be positive, got {batch_size}")
+  if accumulation_steps <= 0:
+    raise ValueError(f"ACCUMULATION_STEPS must be positive, got {accumulation_steps}")
+  # Each process loads its share of the rows, and each microbatch is split over the data axis.
+  rows = math.lcm(jax.process_count(), data_axis * accumulation_steps)
+  if batch_size % rows:
+    raise ValueError(
+        f"BATCH_SIZE {batch_size} does not split over the processes ({jax.process_count()}) and "
+        f"the mesh's data axis ({data_axis}) x ACCUMULATION_STEPS ({accumulation_steps}); use a "
+        f"multiple of {rows}, e.g. {max(rows, batch_size - batch_size % rows)}")
+  if vocabulary_size is not None and vocabulary_size > model_config.vocab_size:
+    raise ValueError(f"the vocabulary has {vocabulary_size} ids but MODEL_CONFIG.vocab_size is "
+                     f"{model_config.vocab_size}: ids past it would index outside the embedding; use a "
+                     "model whose vocab_size holds the vocabulary")
+
+
+def _record_data_files(model_dir, name, split) -> None:
+  """Writes MODEL_DIR/data_files.json: what each training task read (files, sizes, sha256)."""
+  record = {"mixture_or_task_name": name, "split": split,
+            "tasks": {task.name: data.source_provenance(task) for task in data.tasks_with_split(name, split)}}
+  outputs.atomic_write_text(os.path.join(model_dir, DATA_FILES), json.dumps(record, indent=2) + "\n")
+
+
+def _log_interval(log_every: int, train_steps: int) -> int:
+  """Steps between progress lines: LOG_EVERY, or a tenth of a shorter run (a report every 10%)."""
+  return max(1, min(log_every, train_steps // 10))
+
+
 def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_lengths=None,
           train_steps: int, batch_size: int, model_dir: str, initial_checkpoint_path=None,
           use_cached_tasks=False, objective="cross_entropy", optimizer=None, accumulation_steps=1,
           z_loss=1e-4, seed=0, split="train", mesh_shape=(-1, 1),
           logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, multi_host=None,
           checkpoint_every=1000, keep_checkpoints=3, log_every=50, compilation_cache_dir=None,
-          batch_source: Callable[[int], Iterator[dict]] | None = None, run_config: str | None = None
-          ) -> TrainResult:
+          batch_source: Callable[[int], Iterator[dict]] | None = None, run_config: str | None = None,
+          vocabulary_size: int | None = None) -> TrainResult:
   """Trains (or resumes training of) a model in `model_dir` up to `train_steps` steps.
 
   Data comes from the seqio task or mixture, or from `batch_source(start_step)` (an iterator of
   this host's numpy batches) when given. `mesh_shape` is (data, model); -1 takes the rest.
   `optimizer` defaults to `trainer.make_optimizer()` (Adafactor, constant 1e-3).
-  On SIGTERM the run saves a checkpoint at its current step and returns with preempted=True.
+  On SIGTERM or SIGINT the run saves a checkpoint at its current step and returns with
+  preempted=True and the signal's number.
   `compilation_cache_dir` keeps compiled steps on disk (process-wide), so a restart skips compiling.
-  `run_config` (the gin configuration's text) is written to `model_dir/config.gin`.
+  `run_config` (the gin configuration's text) is written to `model_dir/config.gin`, the data
+  files each task read to `model_dir/data_files.json`. `vocabulary_size`, when given, is checked
+  against the model's embedding before anything runs.
   """
   goal = trainer.get_objective(objective)
   partitioning.initialize_distributed(multi_host)
+  mesh = partitioning.create_mesh(*mesh_shape)
+  preflight(train_steps=train_steps, batch_size=batch_size, accumulation_steps=accumulation_steps,
+            data_axis=mesh.shape["data"], model_config=model_config, vocabulary_size=vocabulary_size)
   if batch_source is None:
     _print_mixture(mixture_or_task_name, split)
+    data.require_examples(data.tasks_with_split(mixture_or_task_name, split), split)
   if compilation_cache_dir:
     jax.config.update("jax_compilation_cache_dir", compilation_cache_dir)
-  mesh = partitioning.create_mesh(*mesh_shape)
   rules = partitioning.as_rules(logical_axis_rules)
   optimizer = optimizer or trainer.make_optimizer()
 
@@ -132,6 +177,8 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
     checkpoints.write_model_config(model_dir, model_config)
     if run_config is not None:
       outputs.write_run_config(model_dir, run_config)
+    if batch_source is None:
+      _record_data_files(model_dir, mixture_or_task_name, split)
   step, params, opt_state, shardings = _initialise_or_restore(
       manager, model_config, goal, optimizer, initial_checkpoint_path, seed, mesh, rules)
   if step:
@@ -150,6 +197,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   progress = Progress("step", train_steps, "steps")
   progress.done = step
   pending, last_metrics, preempted, saved_step = [], {}, False, step
+  log_interval = _log_interval(log_every, train_steps)
 
   def check_finite():
     """Raises on a non-finite loss, gradient or parameter norm among the steps not yet checked."""
@@ -189,7 +237,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
       pending.append((step, metrics))
       step += 1
       progress.advance(1, _real_tokens(local_batch))
-      if step % log_every == 0 or step == train_steps:
+      if step % log_interval == 0 or step == train_steps:
         last_metrics = log(metrics)
       if guard.should_stop(step):
         preempted = True
@@ -200,4 +248,5 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   manager.wait_until_finished()
   if writer is not None:
     writer.flush()
-  return TrainResult(step=step, params=params, preempted=preempted, metrics=last_metrics)
+  return TrainResult(step=step, params=params, preempted=preempted, metrics=last_metrics,
+                     signal_number=guard.signal_number)

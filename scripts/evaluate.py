@@ -5,8 +5,9 @@ r"""Evaluates a checkpoint offline with gin, on the command line t5x uses.
       --gin.EVAL_OUTPUT_DIR="'/tmp/run/eval'"
 
 Writes EVAL_OUTPUT_DIR/predictions.jsonl, metrics.json and report.html, and prints the metrics.
-Rerunning the same command resumes an interrupted evaluation. Importing t5_tasks registers
-every task and mixture.
+Rerunning the same command resumes an interrupted evaluation (Ctrl-C exits 130 with one line;
+the items scored so far are kept); an EVAL_OUTPUT_DIR holding another checkpoint's or other data's
+predictions is refused. Importing t5_tasks registers every task and mixture.
 """
 from typing import Sequence
 
@@ -33,4 +34,5 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   train_script.define_flags()
-  app.run(main, flags_parser=lambda argv: flags.FLAGS(train_script.rewrite_gin_args(argv)))
+  app.run(train_script.one_line_errors(main),
+          flags_parser=lambda argv: flags.FLAGS(train_script.rewrite_gin_args(argv)))

@@ -5,7 +5,7 @@ built (never at import). By default these are the quickstart files in `t5_tasks/
 a gin binding points a dataset at real files, keyed by split ("all" for a file whose
 records carry their own split). A family with a TFDS builder also has a `<name>_tfds`
 variant of each task that reads the dataset prepared by `t5_tasks.sources.tfds_builders`
-(`tfds build --manual_dir`) through `seqio.TfdsDataSource`, from the TFDS data dir
+(`python -m scripts.build_tfds --manual_dir=...`) through `seqio.TfdsDataSource`, from the TFDS data dir
 (seqio.set_tfds_data_dir_override):
 
     t5_tasks.tasks.data_files.files = {
@@ -25,6 +25,8 @@ and `pair_groups` ("|"-joined) strings, preference `candidate_scores` [K] float3
 Mixtures keep only inputs, targets, candidates and candidate_labels.
 """
 import functools
+import hashlib
+import os
 import pathlib
 from typing import Callable, Mapping
 
@@ -40,18 +42,50 @@ from t5_tasks.sources import tfds_builders  # pylint: disable=unused-import  (re
 QUICKSTART_DIR = pathlib.Path(__file__).resolve().parent / "data"
 # Dataset key -> {split or "all": file in QUICKSTART_DIR}, from the registered families.
 QUICKSTART_FILES: dict[str, dict[str, str]] = {}
+_ANNOUNCED_QUICKSTART: set[str] = set()  # datasets whose quickstart notice was printed
 
 
 @gin.configurable
 def data_files(dataset: str, files: Mapping[str, Mapping[str, str]] | None = None
                ) -> dict[str, str]:
-  """{split or "all": path} for `dataset`: `files[dataset]` if bound, else the quickstart."""
+  """{split or "all": path} for `dataset`: `files[dataset]` if bound, else the quickstart.
+
+  A bound key that no task reads is an error (it would leave its task on the quickstart files
+  without a word); falling back to the quickstart files is announced once per dataset.
+  """
+  unknown = sorted(set(files or {}) - set(QUICKSTART_FILES))
+  if unknown:
+    raise ValueError(f"t5_tasks.tasks.data_files.files binds {unknown}, which no task reads; "
+                     f"the keys are {sorted(QUICKSTART_FILES)}")
   if files and dataset in files:
     return dict(files[dataset])
   if not QUICKSTART_FILES.get(dataset):
     raise ValueError(f"no quickstart data for {dataset!r}; bind its released files with "
                      f"t5_tasks.tasks.data_files.files = {{'{dataset}': {{'all': PATH}}}}")
+  if dataset not in _ANNOUNCED_QUICKSTART:
+    _ANNOUNCED_QUICKSTART.add(dataset)
+    print(f"NOTE: {dataset!r} reads its built-in QUICKSTART files (a few hand-written examples, "
+          f"not the dataset); bind t5_tasks.tasks.data_files.files = {{'{dataset}': ...}} for real "
+          "data", flush=True)
   return {key: str(QUICKSTART_DIR / name) for key, name in QUICKSTART_FILES[dataset].items()}
+
+
+_FILE_HASHES: dict[tuple, str] = {}  # (path, size, mtime) -> sha256: each file is hashed once
+
+
+def file_record(dataset: str, key: str, path: str) -> dict:
+  """What provenance keeps of one data file: dataset key, split key, path, size and sha256."""
+  stat = os.stat(path)
+  cache_key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+  if cache_key not in _FILE_HASHES:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+      for block in iter(lambda: f.read(1 << 20), b""):
+        digest.update(block)
+    _FILE_HASHES[cache_key] = digest.hexdigest()
+  return {"dataset": dataset, "split": key, "path": cache_key[0], "bytes": stat.st_size,
+          "sha256": _FILE_HASHES[cache_key],
+          "quickstart": os.path.dirname(cache_key[0]) == str(QUICKSTART_DIR)}
 
 
 class ReaderSource(seqio.FunctionDataSource):
@@ -85,6 +119,16 @@ class ReaderSource(seqio.FunctionDataSource):
 
   def num_input_examples(self, split: str) -> int:
     return len(self.examples(split))
+
+  def data_provenance(self) -> dict:
+    """The files this source reads (path, size, sha256, quickstart or not) and its examples per split.
+
+    The readers validate every record and stop at the first bad one (no record is skipped), so
+    the examples per split are what the files hold.
+    """
+    files = [file_record(dataset, key, path) for dataset in self._files_key
+             for key, path in sorted(data_files(dataset).items())]
+    return {"files": files, "examples": {split: len(self.examples(split)) for split in self.splits}}
 
 
 def candidate_targets(output, example=None, is_target=False):

@@ -183,7 +183,8 @@ def test_reward_scorer_needs_a_reward_head(checkpoint, tmp_path):
 
 
 def test_refuses_to_resume_with_other_settings(uninterrupted, checkpoint):
-  with pytest.raises(ValueError, match=r"other settings \(\['length_normalize'\]\)"):
+  with pytest.raises(ValueError, match=r"holds predictions of another evaluation; fields that differ "
+                                       r"from .*evaluation.json: length_normalize \("):
     _run(checkpoint, uninterrupted, length_normalize=False)
 
 

@@ -90,3 +90,15 @@ def test_report_has_metrics_charts_and_escaped_tables(tmp_path):
   for name in pngs:
     assert f"src='{name}'" in page
     assert open(tmp_path / name, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_written_files_are_readable_by_others_and_keep_the_provenance_apart(tmp_path):
+  metrics = {"asq": {"accuracy": outputs.interval(0.75, 0.5, 0.9)}}
+  outputs.write_metrics(str(tmp_path), metrics, provenance={"checkpoint_step": 50})
+  report.write_report(str(tmp_path), title="t", metrics=metrics)
+  modes = {name: os.stat(tmp_path / name).st_mode & 0o777 for name in os.listdir(tmp_path)}
+  assert modes == {"metrics.json": 0o644, "report.html": 0o644, "plot_00.png": 0o644}
+  assert outputs.read_metrics(str(tmp_path)) == metrics
+  assert outputs.read_provenance(str(tmp_path)) == {"checkpoint_step": 50}
+  with pytest.raises(outputs.OutputError, match="'provenance' is reserved"):
+    outputs.write_metrics(str(tmp_path), {"provenance": {}})

@@ -1,10 +1,13 @@
-"""The train entry point: resuming after SIGKILL, saving on SIGTERM, stopping on a non-finite loss.
+"""The train entry point: resuming after SIGKILL, saving on SIGTERM and SIGINT (and the script's exit
+codes), stopping on a non-finite loss.
 
 Runs happen in subprocesses (sharing a compilation cache); `run` below is what they call.
 """
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -186,3 +189,48 @@ def test_initial_checkpoint_path_reads_a_hugging_face_dir_and_checks_its_archite
                                        r"emb_dim: checkpoint 32, MODEL_CONFIG 64"):
     train.train(model_config=TINY, train_steps=1, batch_size=4, model_dir=str(tmp_path / "run"),
                 initial_checkpoint_path=str(tmp_path / "hf"), batch_source=numbered_batches)
+
+
+def _script_env(compilation_cache):
+  return dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), JAX_PLATFORMS="cpu",
+              JAX_COMPILATION_CACHE_DIR=str(compilation_cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+
+
+def _train_command(model_dir, *bindings):
+  return [sys.executable, "-m", "scripts.train", "--gin_file=gin/models/t5_1_1/tiny.gin",
+          "--gin_file=gin/runs/finetune.gin", "--gin_file=gin/mixtures/quickstart.gin",
+          f"--gin.MODEL_DIR='{model_dir}'", "--gin.BATCH_SIZE=2",
+          "--gin.TASK_FEATURE_LENGTHS={'inputs': 32, 'targets': 8}", *bindings]
+
+
+@pytest.mark.parametrize("signal_number, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_scripts_train_saves_on_a_signal_and_exits_with_its_code(compilation_cache, tmp_path,
+                                                                 signal_number, exit_code):
+  process = subprocess.Popen(_train_command(tmp_path / "run", "--gin.TRAIN_STEPS=100000",
+                                            "--gin.train.train.log_every=1"),
+                             cwd=PROJECT_ROOT, env=_script_env(compilation_cache), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+  try:
+    for line in process.stdout:
+      if line.startswith("step 2/"):
+        process.send_signal(signal_number)
+        break
+    stdout, stderr = process.communicate(timeout=300)
+  finally:
+    process.kill()
+  assert process.returncode == exit_code, stderr[-3000:]
+  saved = re.search(rf"{signal_number.name}: saved the checkpoint of step (\d+) in .*; "
+                    "rerun the same command to resume", stdout)
+  assert saved, stdout[-2000:]
+  assert _steps(tmp_path / "run") == [int(saved.group(1))] and "Traceback" not in stderr
+
+
+def test_scripts_train_refuses_zero_steps_in_one_line_and_names_a_misspelled_macro(compilation_cache,
+                                                                                 tmp_path):
+  result = subprocess.run(_train_command(tmp_path / "run", "--gin.TRAIN_STEPS=0", "--gin.TRAIN_STEP=5"),
+                          cwd=PROJECT_ROOT, env=_script_env(compilation_cache), capture_output=True,
+                          text=True, timeout=300)
+  assert result.returncode == 1, result.stderr[-3000:]
+  assert "WARNING: --gin.TRAIN_STEP: no configuration reads this macro (misspelled?)" in result.stderr
+  assert "error: TRAIN_STEPS must be positive, got 0: the run would save nothing" in result.stderr
+  assert "Traceback" not in result.stderr and not (tmp_path / "run").exists()
