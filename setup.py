@@ -23,6 +23,7 @@ setuptools.setup(
         "scipy",
         "scikit-learn",
         "matplotlib",
+        "safetensors",  # Hugging Face checkpoints in and out (never pickle)
     ],
     extras_require={
         "test": [
@@ -31,7 +32,6 @@ setuptools.setup(
             "hypothesis",
             "torch==2.13.0",
             "transformers",
-            "safetensors",
         ],
     },
 )

@@ -123,19 +123,9 @@ def tfidf_generator(train_file: str) -> Generator:
 
 
 def checkpoint_generator(checkpoint: str) -> Generator:
-  """Samples advice from a checkpoint with runner.infer, formatting situations as the advice task does."""
-  try:
-    from runner import infer  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise RuntimeError(f"checkpoint serving needs runner.infer, which is missing ({e})") from e
-  try:
-    from scripts import generate  # pylint: disable=g-import-not-at-top
-    situation_formatter = generate.situation_formatter
-  except (ImportError, AttributeError) as e:
-    raise RuntimeError("checkpoint serving needs scripts.generate.situation_formatter() -> "
-                       f"(format_inputs, vocabulary), the advice task's input formatting ({e})") from e
-  format_inputs, vocabulary = situation_formatter()
-  return infer.load_generator(checkpoint, format_inputs=format_inputs, vocabulary=vocabulary)
+  """Samples advice from a checkpoint, formatting situations as the advice task does."""
+  from scripts import generate  # pylint: disable=g-import-not-at-top  # JAX, only when serving a model
+  return generate.advice_generator(checkpoint)
 
 
 def define_flags() -> None:
@@ -143,7 +133,8 @@ def define_flags() -> None:
   importing the server (tests, other programs) adds nothing to the global FLAGS."""
   flags.DEFINE_enum("baseline", None, ["tfidf"], "Serve a baseline instead of a checkpoint.")
   flags.DEFINE_string("train_file", None, "RedditAdvice2019 JSON lines indexed by --baseline=tfidf.")
-  flags.DEFINE_string("checkpoint", None, "Model checkpoint to generate advice with (runner.infer).")
+  flags.DEFINE_string("checkpoint", None, "Checkpoint to sample advice from: a training run's MODEL_DIR, "
+                      "a converted checkpoint or a Hugging Face directory.")
   flags.DEFINE_string("host", "127.0.0.1", "Address to bind; loopback unless told otherwise.")
   flags.DEFINE_integer("port", 5000, "Port to bind (0 picks a free one).")
   flags.DEFINE_integer("max_request_bytes", 1 << 20, "Larger request bodies get HTTP 413.")

@@ -1,7 +1,8 @@
-"""TFDS builders over the readers: `tfds build --manual_dir=DIR` prepares each dataset offline.
+"""TFDS builders over the readers: `python -m scripts.build_tfds --manual_dir=DIR` prepares them offline.
 
 Each builder finds its released files under `manual_dir` (searched recursively,
-so both `../shared/data` and the flat `t5_tasks/data` work) and reads them with
+so both `../shared/data`, which lacks RedditAdvice2019 and summarize-from-feedback,
+and the flat `t5_tasks/data` work) and reads them with
 the validating readers of this package. Importing this module registers the
 builders with TFDS and imports TensorFlow, so the readers themselves do not.
 """
@@ -28,6 +29,17 @@ def find_files(manual_dir, patterns) -> list[str]:
   return sorted(found)
 
 
+def manual_builders() -> list[type[tfds.core.GeneratorBasedBuilder]]:
+  """Every dataset builder here (the public subclasses of _ManualBuilder), sorted by name."""
+  found, pending = [], [_ManualBuilder]
+  while pending:
+    cls = pending.pop()
+    pending += cls.__subclasses__()
+    if not cls.__name__.startswith("_"):
+      found.append(cls)
+  return sorted(found, key=lambda cls: cls.name)
+
+
 class _ManualBuilder(tfds.core.GeneratorBasedBuilder):
   """Shared plumbing: FILES maps a split to the glob patterns of its files."""
   VERSION = tfds.core.Version("1.0.0")
@@ -40,11 +52,16 @@ class _ManualBuilder(tfds.core.GeneratorBasedBuilder):
     return tfds.core.DatasetInfo(builder=self, description=self.DESCRIPTION,
                                  features=tfds.features.FeaturesDict(self.FEATURES))
 
+  def found_files(self, manual_dir) -> dict[str, list[str]]:
+    """{split: paths} of this builder's files under manual_dir; splits without files are left out."""
+    files = {split: find_files(manual_dir, patterns) for split, patterns in self.FILES.items()}
+    return {split: paths for split, paths in files.items() if paths}
+
   def _files(self, dl_manager) -> dict[str, list[str]]:
-    files = {split: find_files(dl_manager.manual_dir, patterns) for split, patterns in self.FILES.items()}
-    files = {split: paths for split, paths in files.items() if paths}
+    files = self.found_files(dl_manager.manual_dir)
     if not files:
-      raise FileNotFoundError(f"{self.name}: no files in {dl_manager.manual_dir}. {self.MANUAL_DOWNLOAD_INSTRUCTIONS}")
+      raise FileNotFoundError(
+          f"{self.name}: no files in {dl_manager.manual_dir}. {self.MANUAL_DOWNLOAD_INSTRUCTIONS}")
     return files
 
   def _split_generators(self, dl_manager):
@@ -54,8 +71,9 @@ class _ManualBuilder(tfds.core.GeneratorBasedBuilder):
 class Timedial(_ManualBuilder):
   """TimeDial: four options (two correct) for a masked temporal expression in a dialog."""
   name = "timedial"
-  MANUAL_DOWNLOAD_INSTRUCTIONS = "Put TimeDial's test.json (or timedial_test*.json) in manual_dir."
-  FILES = {"test": ("**/timedial_test*.json", "**/timedial/test.json")}
+  MANUAL_DOWNLOAD_INSTRUCTIONS = ("Put TimeDial's test.json in manual_dir as timedial_test*.json or "
+                                  "timedial/test*.json.")
+  FILES = {"test": ("**/timedial_test*.json", "**/timedial/test*.json")}
   FEATURES = {"id": _TEXT, "conversation": _TEXTS, "mask_turn": np.int32, "correct": _TEXTS,
               "incorrect": _TEXTS, "incorrect_rules": _TEXTS}
 
@@ -197,13 +215,17 @@ class HeapComparisons(_ManualBuilder):
   FEATURES = {"id": _TEXT, "instruction": _TEXT, "context_labels": _TEXTS, "context_texts": _TEXTS,
               "good": _TEXT, "bad": _TEXT, "good_score": np.float32, "bad_score": np.float32}
 
+  def found_files(self, manual_dir):
+    paths = find_files(manual_dir, _HEAP_FILES[heap.HEAP_CRITERIA[self.builder_config.name].source])
+    return {"test": paths} if paths else {}
+
   def _files(self, dl_manager):
-    source = heap.HEAP_CRITERIA[self.builder_config.name].source
-    paths = find_files(dl_manager.manual_dir, _HEAP_FILES[source])
-    if not paths:
+    files = self.found_files(dl_manager.manual_dir)
+    if not files:
+      source = heap.HEAP_CRITERIA[self.builder_config.name].source
       raise FileNotFoundError(f"{self.name}/{self.builder_config.name}: no {source} file in "
                               f"{dl_manager.manual_dir}. {self.MANUAL_DOWNLOAD_INSTRUCTIONS}")
-    return {"test": paths}
+    return files
 
   def _generate_examples(self, paths):
     for path in paths:

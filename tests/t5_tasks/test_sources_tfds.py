@@ -10,6 +10,7 @@ tfds = pytest.importorskip("tensorflow_datasets")
 from t5_tasks.sources import asq  # pylint: disable=g-import-not-at-top
 from t5_tasks.sources import heap
 from t5_tasks.sources import tfds_builders
+from t5_tasks.sources import timedial
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "t5_tasks" / "data"
 
@@ -52,3 +53,39 @@ def test_heap_builder_keeps_every_comparison(tmp_path):
 def test_missing_files_name_the_folder_and_what_to_put_there(tmp_path):
   with pytest.raises(FileNotFoundError, match=rf"timedial: no files in {tmp_path}.*test.json"):
     _prepare(tfds_builders.Timedial.name, tmp_path, tmp_path / "tfds")
+
+
+def test_timedial_dialog_ending_in_an_empty_turn_builds_without_it(tmp_path):
+  item = json.loads((DATA / "timedial_test.json").read_text())[0]
+  manual = tmp_path / "manual" / "timedial"
+  manual.mkdir(parents=True)
+  (manual / "test.json").write_text(json.dumps([{**item, "conversation": item["conversation"] + [""]}]))
+  builder = _prepare(tfds_builders.Timedial.name, manual.parent, tmp_path / "tfds")
+  [example] = tfds.as_numpy(builder.as_dataset(split="test"))
+  assert [turn.decode() for turn in example["conversation"]] == item["conversation"]
+
+
+def test_timedial_builds_from_the_shared_data_as_is_and_its_task_reads_400_items(shared_data, tmp_path):
+  import seqio  # pylint: disable=g-import-not-at-top
+  import t5_tasks  # pylint: disable=g-import-not-at-top,unused-import  # registers the _tfds tasks
+
+  builder = _prepare(tfds_builders.Timedial.name, shared_data, tmp_path / "tfds")
+  assert builder.info.splits["test"].num_examples == 400
+  seqio.set_tfds_data_dir_override(str(tmp_path / "tfds"))
+  try:
+    task = seqio.get_mixture_or_task("timedial_cloze_full_tfds")
+    examples = list(task.get_dataset({"inputs": 512, "targets": 32}, split="test", shuffle=False,
+                                     use_cached=False).as_numpy_iterator())
+  finally:
+    seqio.set_tfds_data_dir_override(None)
+  items, _ = timedial.read_timedial(shared_data / "timedial" / "test_first400.json")
+  assert sorted(e["id"].decode() for e in examples) == sorted(item.id for item in items)
+  assert all(len(e["candidates_pretokenized"]) == 4 and sorted(e["candidate_labels"]) == [0, 0, 1, 1]
+             for e in examples)
+
+
+def test_every_builder_finds_its_files_in_the_shared_data_but_the_two_it_lacks(shared_data):
+  missing = [f"{cls.name}/{config.name}" if config else cls.name
+             for cls in tfds_builders.manual_builders() for config in cls.BUILDER_CONFIGS or [None]
+             if not cls(config=config).found_files(shared_data)]
+  assert missing == ["reddit_advice2019", "summarize_from_feedback"]

@@ -346,3 +346,26 @@ def test_the_readme_family_registers_and_reads_its_bound_files(readme_family):
     gin.bind_parameter("t5_tasks.tasks.data_files.files", {"riddles": {"test": bad}})
   with pytest.raises(records.RecordError, match=r"bad.jsonl:1: field 'answer'"):
     task.source.examples("test")
+
+
+def test_a_bound_key_no_task_reads_is_an_error_listing_the_keys(tmp_path):
+  with gin.unlock_config():
+    gin.bind_parameter("t5_tasks.tasks.data_files.files", {"tellmewhy": {"all": str(tmp_path / "x")}})
+  try:
+    with pytest.raises(ValueError, match=r"binds \['tellmewhy'\], which no task reads; the keys are "
+                                         r"\[.*'heap/tellmewhy'.*\]"):
+      tasks.data_files("timedial")
+  finally:
+    gin.clear_config()
+
+
+def test_quickstart_files_are_announced_once_and_marked_in_the_provenance(capsys, monkeypatch):
+  monkeypatch.setattr(tasks, "_ANNOUNCED_QUICKSTART", set())
+  source = seqio.get_mixture_or_task("timedial_cloze_full").source
+  provenance = source.data_provenance()
+  source.data_provenance()
+  notices = [line for line in capsys.readouterr().out.splitlines() if "QUICKSTART" in line]
+  assert len(notices) == 1 and "'timedial'" in notices[0]
+  assert provenance["files"] and all(f["quickstart"] for f in provenance["files"])
+  assert provenance["files"][0]["sha256"] and provenance["files"][0]["bytes"] > 0
+  assert provenance["examples"]["test"] == source.num_input_examples("test")

@@ -1,0 +1,545 @@
+"""README.md is an executable promise: every command it shows runs here as a user runs it.
+
+Each command runs as a subprocess in a temp copy of the project (a git checkout with its own
+`runs/`) on the quickstart data, with tiny step counts appended (`--gin.TRAIN_STEPS=2` and the
+quickstart's batch and lengths). The README's absolute folders (`/data`, `/models`, `/runs`,
+`/ckpt`) become temp folders holding the quickstart files, a SentencePiece model trained on them
+and a random tiny Hugging Face T5; a published model size runs as `tiny` (this is 2 CPU cores).
+Its output is checked: exit status 0, no traceback, the files it promises, numbers in range.
+
+CASES is the table: a normalised command prefix (`.venv/bin/python` read as `python`, words
+joined by one space) -> what runs and what is checked; a README command belongs to the case with
+the longest matching prefix. `test_every_readme_command_has_a_case` fails, naming the command,
+when the README shows one no case covers (and names a case that covers none). Adding a command is
+adding one Case. What cannot run here (a GPU, a TPU pod, the suite itself, a fresh 3 GB `make
+lock`) gets a cheap check, which its `how` says.
+
+The commands run in the background from the module's start, two at a time, each after the
+commands that write what it reads (a checkpoint, a TFDS folder), sharing one JAX compilation
+cache; the longest chain is the demo's training, then its evaluation or the server on its run.
+"""
+import ast
+import concurrent.futures
+import dataclasses
+import http.client
+import importlib.metadata
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from typing import Callable
+
+import pytest
+
+from tests.conftest import PROJECT_ROOT
+
+# One worker runs the whole module, so its shared runs happen once (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("readme")
+
+README = PROJECT_ROOT / "README.md"
+FENCE = re.compile(r"^```(\w*)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+# Inline code is a command when it starts so and has arguments: `make demo` is, `make` is not.
+INLINE_COMMAND_STARTS = ("python ", ".venv/bin/python ", ".venv/bin/pip ", "make ", "scripts/", "tfds ")
+ABSOLUTE_FOLDERS = re.compile(r"(?<![\w.:/-])/(data|models|runs|ckpt)(?=/|\b)")
+PUBLISHED_SIZES = re.compile(r"gin/models/t5_1_1/(small|base|large|xl|xxl)\.gin")
+TINY_STEPS = 2
+DEMO_STEPS = 20
+# The quickstart's batch and lengths for every run, so that they share compiled steps.
+QUICKSTART_SHAPES = ("--gin.BATCH_SIZE=16", "--gin.TASK_FEATURE_LENGTHS={'inputs': 256, 'targets': 64}")
+DEMO_TRAIN = "python -m scripts.train --gin_file=gin/runs/finetune.gin --gin_file=gin/quickstart.gin"
+DEMO_EVALUATE = "python -m scripts.evaluate --gin_file=gin/runs/eval.gin --gin_file=gin/quickstart.gin"
+DEMO_DIR = "runs/quickstart"
+NO_REMAKE = "-o .venv/.installed"  # make -n: the venv counts as made, so only the target's own commands print
+# Flags whose value is a folder a command writes (what later commands may read).
+OUTPUT_FLAGS = ("--gin.MODEL_DIR=", "--gin.EVAL_OUTPUT_DIR=", "--out=", "--data_dir=")
+TINY_HF_CONFIG = dict(vocab_size=384, d_model=64, d_kv=16, num_heads=4, d_ff=128, num_layers=2,
+                      num_decoder_layers=2)  # gin/models/t5_1_1/tiny.gin
+
+
+def normalise(command: str) -> str:
+  words = shlex.split(command, comments=True)
+  return " ".join("python" if word == ".venv/bin/python" else word for word in words)
+
+
+def readme_commands(text: str) -> list[str]:
+  """The commands of the README, each once, in order: the lines of its ```sh blocks (continued
+  lines joined) and inline code that starts like a command and has arguments."""
+  commands, prose_start = [], 0
+
+  def inline(prose):
+    spans = (" ".join(span.split()) for span in re.findall(r"`([^`]+)`", prose))
+    return [span for span in spans if span.startswith(INLINE_COMMAND_STARTS) and " " in span]
+
+  for fence in FENCE.finditer(text):
+    commands += inline(text[prose_start:fence.start()])
+    prose_start = fence.end()
+    if fence.group(1) == "sh":
+      lines = re.sub(r"\\\n\s*", " ", fence.group(2)).splitlines()
+      commands += [line.strip() for line in lines if line.strip()]
+  commands += inline(text[prose_start:])
+  unique = {}
+  for command in commands:
+    unique.setdefault(normalise(command), command)
+  return list(unique.values())
+
+
+COMMANDS = readme_commands(README.read_text())
+
+
+def gin_value(command: str, name: str, default: str | None = None) -> str | None:
+  """The last `--gin.NAME=value` of a command, as the string gin reads ('x' -> x)."""
+  values = [w.split("=", 1)[1] for w in shlex.split(command) if w.startswith(f"--gin.{name}=")]
+  return ast.literal_eval(values[-1]) if values else default
+
+
+def written_folders(command: str) -> list[str]:
+  words = shlex.split(command)
+  folders = [w.split("=", 1)[1].strip("'\"") for w in words if w.startswith(OUTPUT_FLAGS)]
+  return folders + [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--out"]
+
+
+def named_paths(command: str) -> set[str]:
+  """Every word of a command, and every value of a NAME=value word, unquoted: what it may read."""
+  words = shlex.split(command)
+  return set(words) | {w.split("=", 1)[1].strip("'\"") for w in words if "=" in w}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+  """How the README commands with this normalised prefix are tested."""
+  prefix: str
+  how: str
+  check: Callable[["Workspace", str, object], None]  # (workspace, README command, what `run` returned)
+  run: Callable[["Workspace", str], object] | None = None  # the slow part, started at the module's start
+  exact: bool = False  # matches the whole command only
+  writes: tuple[str, ...] = ()  # folders it writes that its command does not name
+  reads: tuple[str, ...] = ()  # folders it reads that its command does not name
+
+  def matches(self, command: str) -> bool:
+    words = normalise(command)
+    if self.exact:
+      return words == self.prefix
+    return words.startswith(self.prefix) and (
+        len(words) == len(self.prefix) or self.prefix[-1] in "= " or words[len(self.prefix)] == " ")
+
+
+def case_of(command: str) -> Case | None:
+  matching = [case for case in CASES if case.matches(command)]
+  return max(matching, key=lambda case: len(case.prefix), default=None)
+
+
+def _not_the_source(folder, names) -> set[str]:
+  """What the project's copy leaves out: outputs, caches, the venv (linked instead) and git."""
+  left_out = {".git", ".venv", "runs", "build", "tmp", "tpu_logs"} if folder == str(PROJECT_ROOT) else set()
+  return {n for n in names if n in left_out or n.endswith(".egg-info") or n in (
+      "__pycache__", ".pytest_cache", ".hypothesis")}
+
+
+class Workspace:
+  """A temp copy of the project, the folders the README's absolute paths name, and the runs."""
+
+  def __init__(self, tmp):
+    self.root = tmp / "project"
+    self.outside = tmp / "outside"
+    shutil.copytree(PROJECT_ROOT, self.root, symlinks=True, ignore=_not_the_source)
+    (self.root / ".venv").symlink_to(PROJECT_ROOT / ".venv")
+    self.git("init", "-q")
+    (self.root / ".git" / "info" / "exclude").write_text(".venv\n")
+    self.git("add", "-A")
+    self.git("-c", "user.name=readme", "-c", "user.email=readme@example.org", "commit", "-q", "-m", "copy")
+    self.git("remote", "add", "origin", "https://example.org/t5-scoring.git")
+    shutil.copytree(PROJECT_ROOT / "t5_tasks" / "data", self.outside / "data")
+    self._make_models()
+    self.env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp / "jax_cache"),
+                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+    self._runs: dict[str, concurrent.futures.Future] = {}
+
+  def git(self, *args):
+    subprocess.run(["git", "-C", str(self.root), *args], check=True, capture_output=True)
+
+  def _make_models(self):
+    """/models/t5/spiece.model trained on the quickstart text; /models/t5-v1_1-base a random tiny T5."""
+    import sentencepiece  # pylint: disable=g-import-not-at-top
+    from tests.models.hf_reference import make_hf_t5  # pylint: disable=g-import-not-at-top  # torch
+
+    (self.outside / "models" / "t5").mkdir(parents=True)
+    lines = [line for path in sorted((PROJECT_ROOT / "t5_tasks" / "data").iterdir())
+             for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    # T5's ids (pad 0, EOS 1, unk 2); 256 pieces and 100 sentinels fit tiny's 384 embeddings.
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=str(self.outside / "models" / "t5" / "spiece"),
+        vocab_size=256, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
+    make_hf_t5(self.outside / "models" / "t5-v1_1-base", **TINY_HF_CONFIG)
+
+  def localise(self, command: str) -> str:
+    """The command with the README's absolute folders in the temp folder, published sizes tiny, and
+    a bare `python` the venv's (as in an activated venv)."""
+    command = ABSOLUTE_FOLDERS.sub(lambda m: f"{self.outside}/{m.group(1)}", command)
+    command = re.sub(r"^((?:\w+=\S+ )*)python ", r"\1.venv/bin/python ", command)
+    return PUBLISHED_SIZES.sub("gin/models/t5_1_1/tiny.gin", command)
+
+  def path(self, folder: str):
+    """A folder a command names, as this workspace has it."""
+    return self.root / self.localise(folder)
+
+  def run(self, command: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], cwd=self.root, env=self.env, capture_output=True,
+                          text=True, timeout=timeout)
+
+  def start(self, commands: list[str]) -> None:
+    """Runs each command's case.run in the background, after the runs that write what it names."""
+    writers = {folder: command for command in commands
+               for folder in written_folders(command) + list(case_of(command).writes)}
+
+    def writers_of_what(command) -> set[str]:
+      read = named_paths(command) | set(case_of(command).reads)
+      return {writer for folder, writer in writers.items() if writer != command and any(
+          path == folder or path.startswith(folder + "/") for path in read)}
+
+    needs = {command: writers_of_what(command) for command in commands}
+    started = set()
+    while len(started) < len(commands):  # writers first, so no waiting run holds up the one it waits for
+      command = next(c for c in commands if c not in started and needs[c] <= started)
+      started.add(command)
+      if case_of(command).run:
+        self._runs[command] = self._pool.submit(self._run_after, command, needs[command])
+
+  def _run_after(self, command: str, needs: set[str]):
+    for need in needs:
+      if need in self._runs and self._runs[need].exception():
+        raise RuntimeError(f"needs what `{need}` writes, and that failed") from self._runs[need].exception()
+    return case_of(command).run(self, command)
+
+  def result(self, command: str):
+    """What case.run returned for a README command (None for a case without a background run)."""
+    return self._runs[command].result() if command in self._runs else None
+
+  def close(self):
+    self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def readme_command(prefix: str) -> str:
+  return next(command for command in COMMANDS if normalise(command) == prefix)
+
+
+# --- what runs -----------------------------------------------------------------------------------
+
+
+def run_with_tiny_settings(ws: Workspace, command: str) -> subprocess.CompletedProcess:
+  """The command localised, training TINY_STEPS steps, training and evaluating at quickstart shapes."""
+  extra = []
+  if " scripts.train" in command:
+    extra.append(f"--gin.TRAIN_STEPS={TINY_STEPS}")
+  if " scripts.train" in command or " scripts.evaluate" in command:
+    extra += QUICKSTART_SHAPES
+  return ws.run(ws.localise(command) + "".join(f" {shlex.quote(arg)}" for arg in extra))
+
+
+def run_as_is(ws: Workspace, command: str) -> subprocess.CompletedProcess:
+  return ws.run(ws.localise(command))
+
+
+def run_make_demo(ws: Workspace, command: str):
+  """`make -n demo`, and the training it prints, for DEMO_STEPS steps into the copy's runs/quickstart."""
+  shown = ws.run(f"make -n {NO_REMAKE} demo")
+  lines = shown.stdout.splitlines()
+  assert len(lines) == 2, f"make -n demo printed:\n{shown.stdout}{shown.stderr}"
+  return shown, ws.run(f"{lines[0]} --gin.TRAIN_STEPS={DEMO_STEPS}")
+
+
+def run_demo_evaluation(ws: Workspace, command: str) -> subprocess.CompletedProcess:
+  """The evaluation `make -n demo` prints (its `.venv/bin/python`, where the README says `python`)."""
+  shown, _ = ws.result(readme_command("make demo"))
+  return ws.run(shown.stdout.splitlines()[1])
+
+
+def run_server(ws: Workspace, command: str):
+  """Starts the server on a free port, asks for advice on two situations, stops it."""
+  with open(ws.outside / "serve.log", "w+", encoding="utf-8") as log:
+    server = subprocess.Popen(["bash", "-c", f"exec {ws.localise(command)} --port=0"], cwd=ws.root,
+                              env=ws.env, stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+      line = server.stdout.readline()
+      answer = None
+      if line.startswith("serving POST http://127.0.0.1:"):
+        port = int(line.rsplit(":", 1)[1].split("/")[0])
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        situations = [{"title": "My roommate eats my food", "selftext": "Every week.", "subreddit": "Advice"},
+                      {"title": "Should I quit?", "selftext": "My boss yells.\n\nI like the work.",
+                       "subreddit": "careerguidance"}]
+        connection.request("POST", "/api/askbatch", body=json.dumps({"instances": situations}),
+                           headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        answer = response.status, json.loads(response.read())
+        connection.close()
+    finally:
+      server.terminate()
+      server.wait(timeout=60)
+    log.seek(0)
+    return line, answer, log.read()
+
+
+def run_t5x_conversion(ws: Workspace, command: str):
+  """Writes a random tiny t5x checkpoint (legacy layout) where --t5x_dir points, then runs the command."""
+  from models import checkpoint_import  # pylint: disable=g-import-not-at-top
+  from tests.models import t5x_fixtures  # pylint: disable=g-import-not-at-top
+
+  config = checkpoint_import.config_from_hf(dict(TINY_HF_CONFIG, feed_forward_proj="gated-gelu",
+                                                 tie_word_embeddings=False))
+  params = t5x_fixtures.random_params(config, seed=0)
+  words = shlex.split(command)
+  t5x_fixtures.write_legacy(ws.path(words[words.index("--t5x_dir") + 1]), 1000, params)
+  return ws.run(ws.localise(command)), params
+
+
+# --- what is checked -----------------------------------------------------------------------------
+
+
+def assert_ran(result: subprocess.CompletedProcess) -> None:
+  output = result.stdout + result.stderr
+  assert result.returncode == 0 and "Traceback (most recent call last)" not in output, (
+      f"exit {result.returncode}:\n{output[-4000:]}")
+
+
+def check_training(ws: Workspace, command: str, result, steps: int = TINY_STEPS) -> None:
+  assert_ran(result)
+  assert f"stopped at step {steps}" in result.stdout, result.stdout[-2000:]
+  losses = [float(loss) for loss in re.findall(r"\bloss (\S+)", result.stdout + result.stderr)]
+  assert losses and all(math.isfinite(loss) and loss > 0 for loss in losses), losses
+  model_dir = ws.path(gin_value(command, "MODEL_DIR", DEMO_DIR))
+  assert (model_dir / "checkpoints" / str(steps)).is_dir(), sorted(p.name for p in model_dir.iterdir())
+  assert (model_dir / "t5_config.json").is_file() and (model_dir / "config.gin").is_file()
+  assert list(model_dir.glob("**/events.out.tfevents.*")), "no TensorBoard summaries"
+
+
+def check_evaluation(ws: Workspace, command: str, result, output_dir: str | None = None) -> None:
+  assert_ran(result)
+  output_dir = output_dir or gin_value(command, "EVAL_OUTPUT_DIR")
+  output = ws.path(output_dir)
+  assert f"report: {ws.localise(output_dir)}/report.html" in result.stdout, result.stdout[-2000:]
+  metrics = {task: by_name for task, by_name in json.loads((output / "metrics.json").read_text()).items()
+             if task != "provenance"}  # how the numbers were made: checkpoint, config, data
+  predictions = [json.loads(line) for line in (output / "predictions.jsonl").read_text().splitlines()]
+  assert metrics and {p["task"] for p in predictions} == set(metrics)
+  assert all(len(p["scores"]) >= 2 and all(map(math.isfinite, p["scores"])) for p in predictions)
+  for task, by_name in metrics.items():
+    for name, e in by_name.items():
+      assert 0 <= e["low"] <= e["value"] <= e["high"] <= 1, (task, name, e)
+  assert "<html" in (output / "report.html").read_text().lower()
+
+
+def check_make_demo(ws: Workspace, command: str, result) -> None:
+  shown, train = result
+  assert [normalise(line) for line in shown.stdout.splitlines()] == [DEMO_TRAIN, DEMO_EVALUATE]
+  assert_ran(train)
+  assert_ran(ws.result(readme_command(DEMO_EVALUATE)))
+
+
+def check_demo_training(ws: Workspace, command: str, result) -> None:
+  _, train = ws.result(readme_command("make demo"))
+  check_training(ws, command, train, steps=DEMO_STEPS)
+
+
+def check_demo_evaluation(ws: Workspace, command: str, result) -> None:
+  check_evaluation(ws, command, result, output_dir=f"{DEMO_DIR}/eval")
+
+
+def check_fresh_run_beside_the_demo(ws: Workspace, command: str, result) -> None:
+  check_training(ws, command, result)
+  assert ws.path(gin_value(command, "MODEL_DIR")) != ws.path(DEMO_DIR)
+  assert (ws.path(DEMO_DIR) / "checkpoints" / str(DEMO_STEPS)).is_dir()  # the demo's run is its own
+
+
+def check_make_test(ws: Workspace, command: str, result) -> None:
+  shown = ws.run(f"make -n {NO_REMAKE} test")
+  assert_ran(shown)
+  words = shlex.split(shown.stdout)
+  assert words[:3] == [".venv/bin/python", "-m", "pytest"] and words[-1] == "tests", shown.stdout
+
+
+def check_make_venv(ws: Workspace, command: str, result) -> None:
+  shown = ws.run("make -n -B venv")  # -B: every step, as on a fresh clone
+  assert_ran(shown)
+  assert "pip install --quiet -c requirements/constraints.txt -e '.[test]'" in shown.stdout, shown.stdout
+  constraints = (ws.root / "requirements" / "constraints.txt").read_text().splitlines()
+  pins = dict(line.split("==") for line in constraints if "==" in line and not line.startswith("#"))
+  assert pins["torch"] == "2.13.0"
+  for name, version in pins.items():  # this environment is what the constraints say
+    try:
+      installed = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      continue
+    assert installed.split("+")[0] == version, (name, installed, version)
+
+
+def check_make_lock(ws: Workspace, command: str, result) -> None:
+  shown = ws.run("make -n lock")
+  assert_ran(shown)
+  lines = shown.stdout.splitlines()
+  assert "python3 -m venv build/lock-venv" in lines and "-c requirements" not in shown.stdout, shown.stdout
+  assert "build/lock-venv/bin/python -m pip install --quiet -e '.[test]'" in lines
+  assert lines[-2:] == ["mv requirements/constraints.txt.new requirements/constraints.txt",
+                        "rm -rf build/lock-venv"]
+  sed = re.search(r"\| (sed .*) >>", shown.stdout).group(1)
+  pinned = subprocess.run(["bash", "-c", sed], input="torch==2.13.0+cpu\njax==0.10.2\n", capture_output=True,
+                          text=True, check=True)
+  assert pinned.stdout == "torch==2.13.0\njax==0.10.2\n"
+
+
+def check_make_bench(ws: Workspace, command: str, result) -> None:
+  shown = ws.run(f"make -n {NO_REMAKE} {command.split(' ', 1)[1]}")
+  assert_ran(shown)
+  words = shlex.split(shown.stdout.splitlines()[-1])
+  assert words[:3] == [".venv/bin/python", "-m", "scripts.benchmark"], shown.stdout
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from scripts import benchmark  # pylint: disable=g-import-not-at-top,unused-import  # defines its flags
+  for word in words[3:]:
+    name, value = word[2:].split("=", 1)
+    flags.FLAGS[name].parser.parse(value)  # raises on a value the benchmark refuses
+
+
+def check_gpu_install(ws: Workspace, command: str, result) -> None:
+  words = shlex.split(command)
+  assert words[:3] == [".venv/bin/pip", "install", "-U"] and words[3] == "jax[cuda12]", words
+  assert "cuda12" in importlib.metadata.metadata("jax").get_all("Provides-Extra")  # the installed JAX has it
+
+
+def check_task_and_mixture_names(ws: Workspace, command: str, result) -> None:
+  assert_ran(result)
+  tasks, mixtures = result.stdout.splitlines()
+  assert tasks.startswith("tasks: ") and mixtures.startswith("mixtures: "), result.stdout
+  assert {"asq_intent_cloze", "asq_intent_cloze_tfds", "timedial_cloze_full"} <= set(tasks.split())
+  assert {"quickstart", "generation_and_cloze", "heap_multitask"} <= set(mixtures.split())
+
+
+def check_tfds_build(ws: Workspace, command: str, result) -> None:
+  assert_ran(result)
+  built = dict(line.split(": ", 1) for line in result.stdout.splitlines() if " -> " in line)
+  sizes = {split: len(json.loads((ws.outside / "data" / f"asq_{split}.json").read_text()))
+           for split in ("train", "test")}
+  assert built["asq"].startswith(f"train {sizes['train']}, test {sizes['test']} -> "), built
+  assert {"timedial", "reddit_advice2019", "summarize_from_feedback", "turingadvice_eval"} <= set(built)
+  data_dir = ws.path(command.split("--data_dir=")[1].split()[0])
+  assert (data_dir / "asq" / "1.0.0" / "dataset_info.json").is_file()
+
+
+def check_conversion(ws: Workspace, command: str, result) -> None:
+  assert_ran(result)
+  out = ws.path(written_folders(command)[0])
+  assert str(out) in result.stdout, result.stdout
+  config = json.loads((out / "t5_config.json").read_text())
+  assert (config["vocab_size"], config["emb_dim"], config["num_encoder_layers"]) == (384, 64, 2)
+  assert (out / "params").is_dir()
+
+
+def check_t5x_conversion(ws: Workspace, command: str, result) -> None:
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from flax import traverse_util  # pylint: disable=g-import-not-at-top
+  from runner import checkpoints  # pylint: disable=g-import-not-at-top
+
+  converted, params = result
+  check_conversion(ws, command, converted)
+  _, loaded = checkpoints.load_params(str(ws.path(written_folders(command)[0])))
+  loaded = traverse_util.flatten_dict(loaded, sep="/")
+  for name, value in traverse_util.flatten_dict(params, sep="/").items():
+    np.testing.assert_array_equal(np.asarray(loaded[name]), value, err_msg=name)
+
+
+def check_hf_export(ws: Workspace, command: str, result) -> None:
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  from runner import checkpoints  # pylint: disable=g-import-not-at-top
+
+  assert_ran(result)
+  words = shlex.split(command)
+  hf_dir = ws.path(words[words.index("--to_hf") + 1])
+  assert str(hf_dir / "model.safetensors") in result.stdout, result.stdout
+  config, params = checkpoints.load_params(str(ws.path(words[words.index("--checkpoint") + 1])))
+  model = transformers.T5ForConditionalGeneration.from_pretrained(hf_dir)
+  assert (model.config.d_model, model.config.num_layers) == (config.emb_dim, config.num_encoder_layers)
+  np.testing.assert_array_equal(model.lm_head.weight.detach().numpy(),
+                                np.asarray(params["decoder"]["logits_dense"]["kernel"]).T)
+
+
+def check_server(ws: Workspace, command: str, result) -> None:
+  line, answer, log = result
+  assert line.startswith("serving POST http://127.0.0.1:"), log[-4000:]
+  status, payload = answer
+  assert status == 200, payload
+  assert list(payload) == ["gens"] and len(payload["gens"]) == 2
+  assert all(isinstance(advice, str) for advice in payload["gens"])
+
+
+def check_tpu_dry_run(ws: Workspace, command: str, result) -> None:
+  launch, train_args = command.split(" -- ", 1)
+  dry = ws.run(f"{launch} --dry_run -- {train_args}")
+  assert_ran(dry)
+  *copy_patch, ssh = dry.stdout.splitlines()  # the patch of uncommitted changes, if any, first
+  assert len(copy_patch) <= 1 and all(" scp " in line for line in copy_patch), dry.stdout
+  words = shlex.split(ssh)
+  assert words[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh"] and "--worker=all" in words, ssh
+  remote = next(w for w in words if w.startswith("--command="))[len("--command="):]
+  assert "git clone -q https://example.org/t5-scoring.git" in remote
+  assert shlex.split(remote.split("exec ", 1)[1]) == [".venv/bin/python", "-m", "scripts.train",
+                                                      *shlex.split(train_args), "--gin.MULTI_HOST=True"]
+
+
+CASES = [
+    Case("make demo", f"make -n demo prints its two commands; they run with --gin.TRAIN_STEPS={DEMO_STEPS}",
+         check_make_demo, run=run_make_demo, writes=(DEMO_DIR,)),
+    Case(DEMO_TRAIN, "the demo's training (make demo)", check_demo_training, exact=True),
+    Case(DEMO_EVALUATE, "the demo's evaluation (make demo)", check_demo_evaluation, run=run_demo_evaluation,
+         exact=True, reads=(DEMO_DIR,)),
+    Case("make test", "make -n test: it is this suite", check_make_test),
+    Case("make venv", "make -n -B venv, and this environment has the pinned versions", check_make_venv),
+    Case("make lock", "make -n lock and its sed: a fresh 3 GB venv takes minutes", check_make_lock),
+    Case("make bench", "GPU: make -n bench, and the benchmark parses its flags", check_make_bench),
+    Case(".venv/bin/pip install -U", "GPU: not installed; the installed JAX has the extra",
+         check_gpu_install),
+    Case("python -c", "as is", check_task_and_mixture_names, run=run_as_is),
+    Case("python -m scripts.build_tfds", "on the quickstart files", check_tfds_build, run=run_as_is),
+    Case("TFDS_DATA_DIR=", "tiny steps, on what build_tfds prepared", check_training,
+         run=run_with_tiny_settings),
+    Case(f"{DEMO_TRAIN} --gin.MODEL_DIR=", "tiny steps", check_fresh_run_beside_the_demo,
+         run=run_with_tiny_settings),
+    Case("python -m scripts.train", "tiny steps", check_training, run=run_with_tiny_settings),
+    Case("python -m scripts.evaluate", "quickstart shapes", check_evaluation, run=run_with_tiny_settings),
+    Case("python -m scripts.convert_checkpoint", "a random tiny Hugging Face T5", check_conversion,
+         run=run_as_is),
+    Case("python -m scripts.convert_checkpoint --t5x_dir", "a random tiny t5x checkpoint, legacy layout",
+         check_t5x_conversion, run=run_t5x_conversion),
+    Case("python -m scripts.convert_checkpoint --checkpoint", "the tiny run it names; transformers loads the export",
+         check_hf_export, run=run_as_is),
+    Case("python -m scripts.serve --checkpoint", "on the demo's run; POSTs two situations, then stops it",
+         check_server, run=run_server),
+    Case("scripts/launch_tpu_pod.sh", "TPU: --dry_run", check_tpu_dry_run),
+]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+  ws = Workspace(tmp_path_factory.mktemp("readme"))
+  ws.start([command for command in COMMANDS if case_of(command)])
+  yield ws
+  ws.close()
+
+
+def test_every_readme_command_has_a_case():
+  assert COMMANDS, f"no commands found in {README}"
+  uncovered = [command for command in COMMANDS if case_of(command) is None]
+  assert not uncovered, "README commands without a case in tests/test_readme.py:\n" + "\n".join(uncovered)
+  unused = [case.prefix for case in CASES if not any(case_of(command) is case for command in COMMANDS)]
+  assert not unused, "cases of tests/test_readme.py that match no README command:\n" + "\n".join(unused)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.prefix for case in CASES])
+def test_readme_command(workspace, case):
+  commands = [command for command in COMMANDS if case_of(command) is case]
+  if not commands:
+    pytest.skip("no README command (test_every_readme_command_has_a_case says so)")
+  for command in commands:
+    case.check(workspace, command, workspace.result(command))
