@@ -153,7 +153,11 @@ class Workspace:
     self.git("remote", "add", "origin", "https://example.org/t5-scoring.git")
     shutil.copytree(PROJECT_ROOT / "t5_tasks" / "data", self.outside / "data")
     self._make_models()
-    self.env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp / "jax_cache"),
+    # As a user's shell: not inside `make test`, whose variables make a nested make print
+    # "Entering directory" lines around its commands.
+    outer_make = ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")
+    self.env = {name: value for name, value in os.environ.items() if name not in outer_make}
+    self.env.update(JAX_COMPILATION_CACHE_DIR=str(tmp / "jax_cache"),
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     self._runs: dict[str, concurrent.futures.Future] = {}

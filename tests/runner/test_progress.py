@@ -1,6 +1,8 @@
 """Progress lines: durations with days, rates over the window since the last report, ETA."""
 import time
 
+import pytest
+
 from runner import progress
 
 
@@ -18,7 +20,7 @@ def test_a_report_prints_done_rate_tokens_and_eta_of_its_window():
   rates = counter.report("loss 1.2345")
   steps_per_sec = 10 / 0.2
   assert 0.5 * steps_per_sec < rates["steps_per_sec"] <= steps_per_sec
-  assert rates["tokens_per_sec"] == rates["steps_per_sec"] * 500
+  assert rates["tokens_per_sec"] == pytest.approx(rates["steps_per_sec"] * 500)
   label, details, rate, tokens, eta = lines[0].split("  ")
   assert (label, details) == ("step 10/100", "loss 1.2345")
   assert rate == f"{rates['steps_per_sec']:.2f} steps/s" and tokens.endswith(" tokens/s")
