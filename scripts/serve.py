@@ -17,6 +17,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from scripts import console
+
 ASK_PATH = "/api/askbatch"
 FIELDS = ("title", "selftext", "subreddit")
 
@@ -142,6 +144,7 @@ def define_flags() -> None:
 
 def main(argv: Sequence[str]) -> None:
   del argv
+  console.quiet_libraries()
   args = flags.FLAGS
   if (args.baseline is None) == (args.checkpoint is None):
     raise app.UsageError("give exactly one of --baseline or --checkpoint")
