@@ -74,7 +74,7 @@ def save_params(directory, params):
   checkpointer.wait_until_finished()
 
 
-def _params_location(checkpoint_dir) -> str:
+def params_location(checkpoint_dir) -> str:
   """The params directory inside a model dir, a checkpoints dir, a step dir or a params-only dir."""
   path = os.path.abspath(checkpoint_dir)
   if not os.path.isdir(path):
@@ -177,7 +177,7 @@ def load_params(path, model_config: T5Config | None = None, mesh=None,
     _check_shapes(t5x_step, t5x_checkpoint.t5x_shapes(t5x_step), config)  # before reading any array
     params = t5x_checkpoint.load_t5x(t5x_step)
     return config, jax.device_put(params, placement(params, config, mesh, rules))
-  location = _params_location(path)
+  location = params_location(path)
   config = agreed_config(path, _saved_config(location), model_config)
   # The item's own handler: a training step's `params` is one item of a composite checkpoint,
   # whose step-level metadata a StandardCheckpointer would look for (and warn about) in it.

@@ -192,7 +192,7 @@ def candidate_tasks(mixture_or_task_name: str, split: str):
 def checkpoint_step(checkpoint_path: str) -> int | None:
   """The training step of the checkpoint evaluation reads (`<step>/params`), None when it has none."""
   try:
-    location = checkpoints._params_location(checkpoint_path)  # pylint: disable=protected-access
+    location = checkpoints.params_location(checkpoint_path)
   except (FileNotFoundError, NotADirectoryError):  # Hugging Face or t5x: no orbax step directory
     return None
   name = os.path.basename(os.path.dirname(location))
