@@ -10,7 +10,7 @@ replace a few of their family's fields.
 import collections
 import dataclasses
 import functools
-import hashlib
+import os
 from typing import Any, Callable, Mapping
 
 import tensorflow as tf
@@ -20,6 +20,7 @@ from t5_tasks import preprocessors
 from t5_tasks import temporal_tagger
 from t5_tasks.sources import asq
 from t5_tasks.sources import heap
+from t5_tasks.sources import records
 from t5_tasks.sources import reddit_advice
 from t5_tasks.sources import summarize_feedback
 from t5_tasks.sources import timedial
@@ -101,28 +102,20 @@ _RELEASED_SPLITS = {"train": "train", "val": "validation", "valid1": "validation
                     "valid2": "test", "test": "test"}
 
 
-def _read(reader, path):
-  records, _ = reader(path)
-  return records
+# Absolute path -> the report of its latest read: provenance records what each file gave.
+READ_REPORTS: dict[str, records.ReadReport] = {}
+
+
+def _read(reader, path, *args):
+  read, report = reader(*args, path)
+  READ_REPORTS[os.path.abspath(path)] = report
+  return read
 
 
 def _single_file(files: Files, dataset: str) -> str:
   if "all" not in files[dataset]:
     raise ValueError(f"{dataset}: expected one file bound as {{'all': PATH}}, got {files[dataset]}")
   return files[dataset]["all"]
-
-
-def _context_splits(contexts) -> dict:
-  """{context: split}: contexts ordered by a hash, the last tenths to validation and test.
-
-  All comparisons of one context share a split; with 3 or more contexts each split gets at
-  least one, so even the quickstart files evaluate.
-  """
-  ordered = sorted(set(contexts), key=lambda c: hashlib.sha256(repr(c).encode()).hexdigest())
-  held_out = max(1, round(0.1 * len(ordered))) if len(ordered) >= 3 else 0
-  train = len(ordered) - 2 * held_out
-  return {c: "train" if i < train else "validation" if i < train + held_out else "test"
-          for i, c in enumerate(ordered)}
 
 
 def _one_hot(index: int, size: int) -> list[int]:
@@ -202,9 +195,9 @@ def summarize_examples(files: Files) -> Examples:
 
 def heap_examples(files: Files, criterion: str) -> Examples:
   path = _single_file(files, f"heap/{heap.HEAP_CRITERIA[criterion].source}")
-  comparisons, _ = heap.read_heap_comparisons(criterion, path)
+  comparisons = _read(heap.read_heap_comparisons, path, criterion)
   out = {split: [] for split in SPLITS}
-  splits = _context_splits(c.context for c in comparisons)
+  splits = heap.context_splits(c.context for c in comparisons)
   for c in comparisons:
     out[splits[c.context]].append(dict(
         id=c.id, instruction=c.instruction, context_labels=[k for k, _ in c.context],
@@ -257,7 +250,8 @@ ASQ_INTENT_CLOZE = TaskFamily(
                                           "second": "asq_human_annotation_second.json"}},
     steps=(preprocessors.cloze_targets,),
     metric_fn=metrics.asq_metric_fn,
-    tfds=TfdsSource("asq:1.0.0", {s: s for s in SPLITS}, preprocessors.from_tfds_asq),
+    # The builder also prepares ASQ's validation and annotation files; the task has no such split.
+    tfds=TfdsSource("asq:1.0.0", {s: s for s in ("train", "test")}, preprocessors.from_tfds_asq),
 )
 SUMMARIZE_FEEDBACK_PREFERENCE = TaskFamily(
     name="summarize_feedback_preference",
@@ -284,8 +278,8 @@ HEAP = TaskFamily(
     variants={criterion: {
         "examples": functools.partial(heap_examples, criterion=criterion),
         "quickstart_files": {f"heap/{spec.source}": _HEAP_QUICKSTART_FILES.get(spec.source, {})},
-        # The builder keeps every HEAP comparison in "test": these variants evaluate only.
-        "tfds": TfdsSource(f"heap_comparisons/{criterion}:1.0.0", {"test": "test"},
+        # The builder splits by `heap.context_splits` as `heap_examples` does: the same items.
+        "tfds": TfdsSource(f"heap_comparisons/{criterion}:1.1.0", {s: s for s in SPLITS},
                            preprocessors.from_tfds_heap),
     } for criterion, spec in heap.HEAP_CRITERIA.items()},
 )

@@ -121,14 +121,21 @@ class ReaderSource(seqio.FunctionDataSource):
     return len(self.examples(split))
 
   def data_provenance(self) -> dict:
-    """The files this source reads (path, size, sha256, quickstart or not) and its examples per split.
+    """The files this source reads (path, size, sha256, quickstart or not, records read and
+    skipped) and its examples per split.
 
-    The readers validate every record and stop at the first bad one (no record is skipped), so
+    The readers validate every record and stop at the first bad one (none is skipped here), so
     the examples per split are what the files hold.
     """
-    files = [file_record(dataset, key, path) for dataset in self._files_key
-             for key, path in sorted(data_files(dataset).items())]
-    return {"files": files, "examples": {split: len(self.examples(split)) for split in self.splits}}
+    examples = {split: len(self.examples(split)) for split in self.splits}  # reads the files
+    files = []
+    for dataset in self._files_key:
+      for key, path in sorted(data_files(dataset).items()):
+        report = families.READ_REPORTS.get(os.path.abspath(path))
+        files.append({**file_record(dataset, key, path),
+                      "records_read": None if report is None else report.read,
+                      "records_skipped": None if report is None else report.skipped})
+    return {"files": files, "examples": examples}
 
 
 def candidate_targets(output, example=None, is_target=False):

@@ -279,6 +279,9 @@ def run_server(ws: Workspace, command: str):
                            headers={"Content-Type": "application/json"})
         response = connection.getresponse()
         answer = response.status, json.loads(response.read())
+        connection.request("POST", "/api/askbatch", body=b"{oops")  # after a model answer: still serving
+        response = connection.getresponse()
+        answer += (response.status, json.loads(response.read()))
         connection.close()
     finally:
       server.terminate()
@@ -344,8 +347,27 @@ def check_make_demo(ws: Workspace, command: str, result) -> None:
 
 
 def check_demo_training(ws: Workspace, command: str, result) -> None:
+  from runner import checkpoints  # pylint: disable=g-import-not-at-top
+
   _, train = ws.result(readme_command("make demo"))
   check_training(ws, command, train, steps=DEMO_STEPS)
+  assert f"step {DEMO_STEPS}/{DEMO_STEPS}  loss" in train.stdout and "tokens/s" in train.stdout, train.stdout
+  # The resolved mixture with each task's share, before the first step: TimeDial's test-only
+  # cloze takes no share of training (seqio skips it); the other six do.
+  mixture = next(line for line in train.stdout.splitlines() if line.startswith("training on quickstart: "))
+  shares = [float(part.rsplit(" ", 1)[1].rstrip("%")) for part in mixture.split(": ", 1)[1].split(", ")]
+  assert len(shares) == 6 and "timedial_cloze_full" not in mixture and abs(sum(shares) - 100) < 0.5, mixture
+  # The console is the project's lines: no absl INFO lines from orbax, seqio or TFDS, and none of
+  # seqio's per-task warnings about file-backed tasks.
+  assert not re.search(r"^I\d{4} ", train.stderr, re.MULTILINE), train.stderr[-3000:]
+  assert "not cached" not in train.stderr and "uncached FunctionDataset" not in train.stderr, train.stderr[-3000:]
+  # The architecture beside the checkpoints (evaluation needs no model gin file), and the run's
+  # whole gin configuration, command-line bindings included, as t5x keeps it.
+  config = checkpoints.read_model_config(str(ws.path(DEMO_DIR)))
+  assert (config.vocab_size, config.emb_dim, config.num_encoder_layers) == (384, 64, 2), config
+  config_gin = (ws.path(DEMO_DIR) / "config.gin").read_text()
+  assert f"TRAIN_STEPS = {DEMO_STEPS}" in config_gin and "train.train:" in config_gin, config_gin
+  assert "MIXTURE_OR_TASK_NAME = 'quickstart'" in config_gin, config_gin
 
 
 def check_demo_evaluation(ws: Workspace, command: str, result) -> None:
@@ -472,10 +494,11 @@ def check_hf_export(ws: Workspace, command: str, result) -> None:
 def check_server(ws: Workspace, command: str, result) -> None:
   line, answer, log = result
   assert line.startswith("serving POST http://127.0.0.1:"), log[-4000:]
-  status, payload = answer
+  status, payload, bad_status, bad_payload = answer
   assert status == 200, payload
   assert list(payload) == ["gens"] and len(payload["gens"]) == 2
   assert all(isinstance(advice, str) for advice in payload["gens"])
+  assert bad_status == 400 and "JSON" in bad_payload["error"], bad_payload
 
 
 def check_tpu_dry_run(ws: Workspace, command: str, result) -> None:

@@ -9,6 +9,7 @@ no comparison either: no model could tell them apart.
 """
 import collections
 import dataclasses
+import hashlib
 import itertools
 import os
 from typing import Callable
@@ -62,6 +63,21 @@ HEAP_CRITERIA = {
     "story_second": Criterion(
         "story_rewriting", f"Judging {_STORY}: which better follows the change of the second sentence?", True),
 }
+
+
+def context_splits(contexts) -> dict:
+  """{context: split}: contexts ordered by a hash, the last tenths to validation and test.
+
+  HEAP releases no splits. All comparisons of one context share a split, so no test context
+  is seen in training; the file tasks and the TFDS builder both split with this, so that their
+  items agree. With 3 or more contexts each split gets at least one, so even the quickstart
+  files evaluate.
+  """
+  ordered = sorted(set(contexts), key=lambda c: hashlib.sha256(repr(c).encode()).hexdigest())
+  held_out = max(1, round(0.1 * len(ordered))) if len(ordered) >= 3 else 0
+  train = len(ordered) - 2 * held_out
+  return {c: "train" if i < train else "validation" if i < train + held_out else "test"
+          for i, c in enumerate(ordered)}
 
 
 def _ranked(task: str, groups: dict) -> list[Comparison]:

@@ -206,8 +206,15 @@ _HEAP_FILES = {
 
 
 class HeapComparisons(_ManualBuilder):
-  """HEAP: one config per criterion; (instruction, context, good, bad) comparisons, all in 'test'."""
+  """HEAP: one config per criterion; (instruction, context, good, bad) comparisons.
+
+  HEAP releases no splits: comparisons go to train, validation and test by their context with
+  `heap.context_splits`, as the file tasks split them, so a `_tfds` task has their items.
+  """
   name = "heap_comparisons"
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {"1.0.0": "Every comparison in 'test'.",
+                   "1.1.0": "train/validation/test by context (heap.context_splits), as the file tasks."}
   BUILDER_CONFIGS = [tfds.core.BuilderConfig(name=c, description=heap.HEAP_CRITERIA[c].instruction)
                      for c in heap.HEAP_CRITERIA]
   MANUAL_DOWNLOAD_INSTRUCTIONS = ("Put HEAP's released judgment files in manual_dir (../shared/data works as is): "
@@ -217,7 +224,7 @@ class HeapComparisons(_ManualBuilder):
 
   def found_files(self, manual_dir):
     paths = find_files(manual_dir, _HEAP_FILES[heap.HEAP_CRITERIA[self.builder_config.name].source])
-    return {"test": paths} if paths else {}
+    return {"all": paths} if paths else {}
 
   def _files(self, dl_manager):
     files = self.found_files(dl_manager.manual_dir)
@@ -227,10 +234,18 @@ class HeapComparisons(_ManualBuilder):
                               f"{dl_manager.manual_dir}. {self.MANUAL_DOWNLOAD_INSTRUCTIONS}")
     return files
 
-  def _generate_examples(self, paths):
-    for path in paths:
-      for c in heap.read_heap_comparisons(self.builder_config.name, path)[0]:
-        yield f"{path}:{c.id}", {
-            "id": c.id, "instruction": c.instruction, "context_labels": [label for label, _ in c.context],
-            "context_texts": [text for _, text in c.context], "good": c.good, "bad": c.bad,
-            "good_score": c.good_score, "bad_score": c.bad_score}
+  def _split_generators(self, dl_manager):
+    comparisons = [(path, c) for path in self._files(dl_manager)["all"]
+                   for c in heap.read_heap_comparisons(self.builder_config.name, path)[0]]
+    splits = heap.context_splits(c.context for _, c in comparisons)
+    by_split = {}
+    for path, c in comparisons:
+      by_split.setdefault(splits[c.context], []).append((path, c))
+    return {split: self._generate_examples(rows) for split, rows in by_split.items()}  # none empty
+
+  def _generate_examples(self, rows):
+    for path, c in rows:
+      yield f"{path}:{c.id}", {
+          "id": c.id, "instruction": c.instruction, "context_labels": [label for label, _ in c.context],
+          "context_texts": [text for _, text in c.context], "good": c.good, "bad": c.bad,
+          "good_score": c.good_score, "bad_score": c.bad_score}

@@ -3,17 +3,12 @@ import concurrent.futures
 import http.client
 import json
 import re
-import subprocess
-import sys
 import threading
 
 import pytest
 
 from scripts import serve
-from tests.conftest import PROJECT_ROOT
-
-# One worker runs the whole module, so the trained run is made once (make test: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("serve")
+from tests.helpers.processes import start_server
 
 MAX_BYTES = 4096
 TOPICS = ["guitar chords practice", "landlord deposit lease", "puppy training crate",
@@ -119,53 +114,11 @@ def test_parse_instances_keeps_only_the_api_fields():
   assert instances == [_query(0)]
 
 
-def _start_server(log, *flags) -> tuple[subprocess.Popen, int]:
-  """Starts `python -m scripts.serve FLAGS --port=0` (its log to the file `log`); the port it prints."""
-  process = subprocess.Popen([sys.executable, "-m", "scripts.serve", *flags, "--port=0"], cwd=PROJECT_ROOT,
-                             stdout=subprocess.PIPE, stderr=log, text=True)
-  line = process.stdout.readline()
-  if not line.startswith("serving POST http://127.0.0.1:"):
-    process.terminate()
-    process.wait(timeout=30)
-    log.seek(0)
-    pytest.fail(f"serve exited with {process.returncode} before serving: {line!r}\n{log.read()[-3000:]}")
-  return process, int(line.rsplit(":", 1)[1].split("/")[0])
-
-
 def test_command_line_serves_on_loopback(train_file, tmp_path):
   with open(tmp_path / "serve.log", "w+") as log:
-    process, port = _start_server(log, "--baseline=tfidf", f"--train_file={train_file}")
+    process, port = start_server(log, "--baseline=tfidf", f"--train_file={train_file}")
   try:
     assert _post(port, _ask([_query(4)])) == (200, {"gens": [f"best answer about {TOPICS[4]}"]})
-  finally:
-    process.terminate()
-    process.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
-  """MODEL_DIR of the quickstart's tiny model trained for two small steps by the training command."""
-  model_dir = tmp_path_factory.mktemp("serve_run") / "run"
-  result = subprocess.run(
-      [sys.executable, "-m", "scripts.train", "--gin_file=gin/runs/finetune.gin",
-       "--gin_file=gin/quickstart.gin", f"--gin.MODEL_DIR='{model_dir}'", "--gin.TRAIN_STEPS=2",
-       "--gin.BATCH_SIZE=2", "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 16}"],
-      cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return model_dir
-
-
-def test_command_line_serves_a_trained_checkpoint(trained_run, tmp_path):
-  with open(tmp_path / "serve.log", "w+") as log:
-    process, port = _start_server(log, f"--checkpoint={trained_run}")
-  try:
-    situations = [_query(0), {"title": "Roommate never cleans", "subreddit": "relationship_advice",
-                              "selftext": "Dishes pile up.\n\nWhat do I say?"}]
-    status, payload = _post(port, _ask(situations))
-    assert status == 200, payload
-    assert list(payload) == ["gens"] and len(payload["gens"]) == 2
-    assert all(isinstance(advice, str) for advice in payload["gens"])
-    assert _post(port, b"{oops")[0] == 400  # a bad request after a model answer: still serving
   finally:
     process.terminate()
     process.wait(timeout=30)

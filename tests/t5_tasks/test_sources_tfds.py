@@ -38,16 +38,19 @@ def test_asq_builds_from_quickstart_and_reads_back(tmp_path):
   assert sum(e["pair_type"] != b"" for e in examples) == len({a["id"] for a in first_round} & set(expected_types))
 
 
-def test_heap_builder_keeps_every_comparison(tmp_path):
+def test_heap_builder_keeps_every_comparison_in_the_split_of_its_context(tmp_path):
   manual = tmp_path / "manual"
   manual.mkdir()
   shutil.copy(DATA / "tellmewhy_test_caters_sample.csv", manual)
   builder = _prepare(f"{tfds_builders.HeapComparisons.name}/answer_validity", manual, tmp_path / "tfds")
   expected, _ = heap.read_heap_comparisons("answer_validity", manual / "tellmewhy_test_caters_sample.csv")
-  examples = list(tfds.as_numpy(builder.as_dataset(split="test")))
-  assert sorted((e["good"].decode(), e["bad"].decode()) for e in examples) == sorted(
-      (c.good, c.bad) for c in expected)
-  assert all(e["good_score"] > e["bad_score"] for e in examples)
+  splits = heap.context_splits(c.context for c in expected)
+  examples = {split: list(tfds.as_numpy(builder.as_dataset(split=split)))
+              for split in ("train", "validation", "test")}
+  for split, found in examples.items():
+    assert sorted((e["good"].decode(), e["bad"].decode()) for e in found) == sorted(
+        (c.good, c.bad) for c in expected if splits[c.context] == split)
+    assert found and all(e["good_score"] > e["bad_score"] for e in found)
 
 
 def test_missing_files_name_the_folder_and_what_to_put_there(tmp_path):
