@@ -8,10 +8,17 @@ and `data` (JSON: the data position to resume from). A params-only checkpoint (`
 scripts/convert_checkpoint.py writes) is a plain orbax PyTree directory. Restoring reads the
 array shapes from the checkpoint and places every array with the target mesh's sharding, so a
 checkpoint saved on one mesh restores on another.
+
+A checkpoint with a missing or truncated file raises CheckpointDamagedError, one line naming the
+step and the file; `restore_readable` steps back past damaged steps to the latest one that reads.
 """
+import contextlib
 import dataclasses
+import functools
+import itertools
 import json
 import os
+import re
 import signal
 import threading
 
@@ -20,6 +27,7 @@ import jax
 import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
+from jax.experimental import multihost_utils
 from jax.sharding import SingleDeviceSharding
 
 from models import checkpoint_import
@@ -32,9 +40,94 @@ from runner import partitioning
 
 CHECKPOINTS_SUBDIR = "checkpoints"
 _ITEMS = ("params", "opt_state", "data")
+# The metadata file each item's orbax handler writes (StandardSave: _METADATA, JsonSave: metadata).
+_METADATA_FILES = {"params": "_METADATA", "opt_state": "_METADATA", "data": "metadata"}
 CONFIG_FILE = "t5_config.json"  # the T5Config beside a converted or trained checkpoint
 RUN_FIELDS = ("dtype", "dropout_rate")  # T5Config fields a run chooses; every other one is the checkpoint's
 ARCHITECTURE_FIELDS = tuple(f.name for f in dataclasses.fields(T5Config) if f.name not in RUN_FIELDS)
+
+
+class CheckpointDamagedError(ValueError):
+  """A checkpoint file is missing or unreadable. `step` is its step (None for a params-only
+  checkpoint), `damage` names the file (or directory) and what is wrong with it."""
+
+  def __init__(self, checkpoint, step, damage):
+    self.step, self.damage = step, damage
+    super().__init__(f"checkpoint {checkpoint if step is None else f'step {step}'} is damaged: {damage}")
+
+
+# What a TensorStore read failure says about the file it read (its spec dump, after " [", cut off):
+# a file it could not decode, else the array it could not read from an OCDBT database directory.
+_LOCAL_FILE = re.compile(r'(?:reading|decoding|opening) local file "(?P<file>[^"]*[^"/])": (?P<why>.*)')
+_OCDBT_READ = re.compile(r'Error reading "(?P<key>[^"]+)" in OCDBT database at [^"]*"(?P<database>[^"]+)": '
+                         r'(?P<why>.*)')
+_TENSORSTORE_STATUS = re.compile(r"^(?P<code>NOT_FOUND|DATA_LOSS|OUT_OF_RANGE|FAILED_PRECONDITION): (?P<why>.*)")
+_SPEC_DUMP = " [tensorstore_spec"
+_SHORT = 120  # characters of a library's reason kept in the one line
+
+
+def _missing_or_truncated(item_dir: epath.Path, metadata_file: str) -> str | None:
+  """'<path>: <what is wrong>' for a file an orbax item needs that is missing or cut short, else None."""
+  if not item_dir.exists():
+    return f"{item_dir}: missing"
+  metadata = item_dir / metadata_file
+  if not metadata.exists():
+    return f"{metadata}: missing"
+  try:
+    json.loads(metadata.read_text())
+  except ValueError:
+    return f"{metadata}: truncated (not valid JSON)"
+  # Arrays live in per-process OCDBT databases that the item's manifest indexes; an item
+  # without arrays (an empty optimizer state) has neither.
+  manifest = item_dir / "manifest.ocdbt"
+  if list(item_dir.glob("ocdbt.process_*")) and not manifest.exists():
+    return f"{manifest}: missing"
+  return None
+
+
+def _failed_read(error: BaseException, item_dirs) -> str | None:
+  """'<path>: <reason>' from a TensorStore read failure anywhere in `error`'s chain, else None."""
+  while error is not None:
+    text = str(error).split(_SPEC_DUMP, 1)[0].strip()
+    local_file = _LOCAL_FILE.search(text)
+    if local_file:
+      return f"{local_file['file']}: {local_file['why'].strip()[:_SHORT]}"
+    read = _OCDBT_READ.search(text)
+    if read:
+      return f"{read['database'].rstrip('/')}: cannot read {read['key']}: {read['why'].strip()[:_SHORT]}"
+    status = _TENSORSTORE_STATUS.match(text)
+    if status:
+      where = next((d for d in map(str, item_dirs) if d in text), item_dirs[0])
+      return f"{where}: {status['code']}: {status['why'].strip()[:_SHORT]}"
+    error = error.__cause__ or error.__context__
+  return None
+
+
+@contextlib.contextmanager
+def _naming_damage(checkpoint, step, items: dict):
+  """Raises CheckpointDamagedError for a missing or truncated file of `items` ({item directory:
+  its metadata file name}), before reading (orbax reads some items without their metadata, so
+  that a step it restores might not load elsewhere) or when an orbax failure shows one; any
+  other failure (a shape that does not fit, say) passes through unchanged."""
+  items = {epath.Path(item_dir): name for item_dir, name in items.items()}
+  damage = next(filter(None, itertools.starmap(_missing_or_truncated, items.items())), None)
+  if damage is not None:
+    raise CheckpointDamagedError(checkpoint, step, damage)
+  try:
+    yield
+  except Exception as error:  # pylint: disable=broad-except  # orbax raises a bare Exception for a bad read
+    damage = _failed_read(error, list(items))
+    if damage is None:
+      raise
+    raise CheckpointDamagedError(checkpoint, step, damage) from error
+
+
+def _step_of(location: str) -> int | None:
+  """The step of a params directory MODEL_DIR/checkpoints/<step>/params, else None."""
+  step_dir = os.path.dirname(location)
+  parent = os.path.basename(os.path.dirname(step_dir))
+  name = os.path.basename(step_dir)
+  return int(name) if parent == CHECKPOINTS_SUBDIR and name.isdigit() else None
 
 
 def checkpoint_manager(model_dir, keep=3, read_only=False) -> ocp.CheckpointManager:
@@ -52,19 +145,62 @@ def save(manager, step, params, opt_state, data_position) -> bool:
   return manager.save(int(step), args=args, force=True)
 
 
+def _step_dir(manager, step) -> epath.Path:
+  return ocp.step.build_step_path(manager.directory, ocp.step.standard_name_format(), step)
+
+
 def restore(manager, abstract_params, abstract_opt_state, step=None):
   """(step, params, opt_state, data_position) of `step` (default: the latest), or None if there is none.
 
   The abstract trees are jax.ShapeDtypeStructs with shardings: arrays come back placed that way.
+  Raises CheckpointDamagedError when a file of the step is missing or truncated.
   """
   step = manager.latest_step() if step is None else step
   if step is None:
     return None
-  restored = manager.restore(step, args=ocp.args.Composite(
-      params=ocp.args.StandardRestore(abstract_params),
-      opt_state=ocp.args.StandardRestore(abstract_opt_state),
-      data=ocp.args.JsonRestore()))
+  step_dir = _step_dir(manager, step)
+  with _naming_damage(step_dir, step, {step_dir / item: _METADATA_FILES[item] for item in _ITEMS}):
+    restored = manager.restore(step, args=ocp.args.Composite(
+        params=ocp.args.StandardRestore(abstract_params),
+        opt_state=ocp.args.StandardRestore(abstract_opt_state),
+        data=ocp.args.JsonRestore()))
   return step, restored.params, restored.opt_state, dict(restored.data)
+
+
+def restore_readable(manager, abstract_params, abstract_opt_state):
+  """(restore's result for the latest step that reads, [CheckpointDamagedError of each later step]).
+
+  The result is None when there is no step; when no step reads, the latest step's error is raised.
+  """
+  damaged = []
+  for step in sorted(manager.all_steps(), reverse=True):
+    try:
+      return restore(manager, abstract_params, abstract_opt_state, step), damaged
+    except CheckpointDamagedError as error:
+      damaged.append(error)
+  if damaged:
+    raise damaged[0]
+  return None, damaged
+
+
+def set_aside(manager, steps) -> list[epath.Path]:
+  """Renames the directories of damaged `steps` to `<step>.damaged` (orbax ignores them there),
+  so that training can save those steps again while their files stay for a look; returns the new paths."""
+  moved = []
+  for step in steps:
+    source = _step_dir(manager, step)
+    target = source.parent / f"{source.name}.damaged"
+    for number in itertools.count(1):  # a step damaged once before keeps its earlier copy
+      if not target.exists():
+        break
+      target = source.parent / f"{source.name}.damaged-{number}"
+    if jax.process_index() == 0:
+      source.rename(target)
+    moved.append(target)
+  if jax.process_count() > 1:  # every host's manager must see the steps gone
+    multihost_utils.sync_global_devices("checkpoints.set_aside")
+  manager.reload()
+  return moved
 
 
 def save_params(directory, params):
@@ -85,10 +221,12 @@ def params_location(checkpoint_dir) -> str:
            and os.path.isdir(os.path.join(path, name, "params"))]
   if steps:
     path = os.path.join(path, str(max(steps)))
-  if os.path.isdir(os.path.join(path, "params")):
+  # A step directory names its params item even when it is gone, so that loading says so.
+  if os.path.isdir(os.path.join(path, "params")) or _step_of(os.path.join(path, "params")) is not None:
     return os.path.join(path, "params")
-  if os.path.exists(os.path.join(path, "_CHECKPOINT_METADATA")) or os.path.exists(
-      os.path.join(path, "_METADATA")):
+  # Any orbax file marks a params-only checkpoint, so that a damaged one is named as damaged.
+  if any(os.path.exists(os.path.join(path, name))
+         for name in ("_CHECKPOINT_METADATA", "_METADATA", "manifest.ocdbt")):
     return path
   raise FileNotFoundError(f"no orbax checkpoint found in {checkpoint_dir} (expected <step>/params, "
                           "a checkpoints/ subdirectory, or a params-only checkpoint)")
@@ -182,25 +320,41 @@ def load_params(path, model_config: T5Config | None = None, mesh=None,
   # The item's own handler: a training step's `params` is one item of a composite checkpoint,
   # whose step-level metadata a StandardCheckpointer would look for (and warn about) in it.
   handler = ocp.StandardCheckpointHandler()
-  shapes = handler.metadata(epath.Path(location)).tree
+  naming_damage = functools.partial(_naming_damage, location, _step_of(location), {location: "_METADATA"})
+  with naming_damage():
+    shapes = handler.metadata(epath.Path(location)).tree
   _check_shapes(path, shapes, config)
   target = partitioning.with_shardings(shapes, placement(shapes, config, mesh, rules))
-  return config, handler.restore(epath.Path(location), args=ocp.args.StandardRestore(target))
+  with naming_damage():
+    return config, handler.restore(epath.Path(location), args=ocp.args.StandardRestore(target))
 
 
 class PreemptionGuard:
-  """Turns SIGTERM (TPU preemption, `kill`) and SIGINT (Ctrl-C) into a flag the training loop
-  checks after each step, so that either saves a checkpoint before the run stops.
+  """Turns SIGTERM (TPU preemption, `kill`) and SIGINT (Ctrl-C) into a flag a long loop checks at
+  its boundaries (a training step, a batch of items), so that it stops there with what it did kept:
+  training saves a checkpoint, evaluation keeps its finished lines, generation its finished inputs.
 
-  With several processes jax's own preemption sync point decides (orbax asks it), so that every
-  host saves at the same step; one process installs plain signal handlers. `signal_number` is
-  the signal received (None when none was), for the script's exit code.
+  With several processes and a checkpoint manager, jax's own preemption sync point decides (orbax
+  asks it), so that every host saves at the same step; one process installs plain signal handlers.
+  `signal_number` is the signal received (None when none was), for the script's exit code;
+  `stopping` says in the log line what the loop does on it.
   """
 
   SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-  def __init__(self, manager):
+  class Interrupted(Exception):
+    """A loop stopped at a boundary on the guard's signal: `signal_number`, and `line`, what a
+    script prints (what was kept, how to resume; gin may add to the message, never to `line`).
+    Scripts exit 128 + the signal's number."""
+
+    def __init__(self, signal_number: int, line: str):
+      super().__init__(line)
+      self.signal_number = signal_number
+      self.line = line
+
+  def __init__(self, manager=None, stopping="saving a checkpoint at the end of this step, then exiting"):
     self._manager = manager
+    self._stopping = stopping
     self.signal_number = None
     self._previous = {}
 
@@ -217,14 +371,18 @@ class PreemptionGuard:
 
   def _on_signal(self, signum, frame):
     del frame
-    logging.warning("%s received: saving a checkpoint at the end of this step, then exiting",
-                    signal.Signals(signum).name)
+    logging.warning("%s received: %s", signal.Signals(signum).name, self._stopping)
     self.signal_number = signum
 
-  def should_stop(self, step) -> bool:
-    if self.signal_number is None and jax.process_count() > 1 and self._manager.reached_preemption(step):
+  def should_stop(self, step=None) -> bool:
+    if (self.signal_number is None and self._manager is not None and jax.process_count() > 1
+        and self._manager.reached_preemption(step)):
       self.signal_number = signal.SIGTERM  # jax's sync point: some host was preempted
     return self.signal_number is not None
+
+  def interrupted(self, message: str) -> "PreemptionGuard.Interrupted":
+    """The exception a loop stopped by this guard's signal raises: "SIGINT: " + message."""
+    return self.Interrupted(self.signal_number, f"{signal.Signals(self.signal_number).name}: {message}")
 
 
 def write_model_config(directory: str, config: T5Config) -> str:

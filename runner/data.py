@@ -149,7 +149,8 @@ def tasks_with_split(name: str, split: str) -> list:
 
 
 def source_provenance(task) -> dict:
-  """What a task's data source read: files (path, size, sha256) and examples per split.
+  """What a task's data source read: files (path, size, sha256, records read and skipped) and
+  examples per split.
 
   t5_tasks' file-backed sources describe themselves (`data_provenance`); runner does not import
   t5_tasks, so any other source is named by seqio's description of it (a TFDS one by its name).

@@ -6,19 +6,22 @@ optionally length-normalised) or its reward (`models.reward.reward`). Per item, 
 the task's metadata. Lines are appended as batches finish, so an interrupted evaluation skips
 the items already written when run again; metrics are computed from the finished file with the
 task's own seqio score metric functions (95% bootstrap intervals), so a resumed run and an
-uninterrupted one give the same `metrics.json`.
+uninterrupted one give the same `metrics.json`. SIGINT (Ctrl-C) or SIGTERM stops at the end of
+the batch being scored, its lines written, with `checkpoints.PreemptionGuard.Interrupted` (no
+metrics, no report): scripts/evaluate.py prints its line and exits 130 or 143.
 
 Every output directory records its provenance (`evaluation.json`, and metrics.json's
 "provenance"): the checkpoint's step and a fingerprint of its parameters, the model config, each
-data file read (path, size, sha256) and the examples per split, the vocabulary, feature lengths,
-scorer and normalisation, and the project's git commit. Resuming into a directory whose recorded
-provenance differs in anything that changes scores is refused.
+data file read (path, size, sha256, records read and skipped) and the examples per split, the
+vocabulary, feature lengths, scorer and normalisation, and the project's git commit. Resuming into
+a directory whose recorded provenance differs in anything that changes scores is refused.
 """
 import dataclasses
 import hashlib
 import json
 import os
 import subprocess
+from typing import Callable
 
 import jax
 import numpy as np
@@ -101,17 +104,20 @@ def distinct_ids(ids, occurrences: dict[str, int]) -> list[str]:
 def score_task(task_name: str, split: str, feature_lengths, batch_size: int, score_fn, params,
                appender: outputs.PredictionsAppender, total: int | None = None, mesh=None,
                rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached=False,
-               progress_every_s: float = 10.0) -> int:
+               progress_every_s: float = 10.0, should_stop: Callable[[], bool] = lambda: False) -> int:
   """Scores the items of one task not yet in `appender`; returns how many it wrote.
 
   Items must be told apart for resuming: a repeated id keeps it the first time and becomes
-  "id#1", "id#2", ... on later occurrences, in the task's fixed order.
+  "id#1", "id#2", ... on later occurrences, in the task's fixed order. Before each batch
+  `should_stop()` is asked; when it says so the task stops there, its finished lines written.
   """
   progress = Progress(task_name, total, "items")
   occurrences: dict[str, int] = {}
   written = 0
   for metadata, batch in data.candidate_batches(task_name, split, feature_lengths, batch_size,
                                                   use_cached=use_cached):
+    if should_stop():
+      return written
     ids = distinct_ids([item["id"] for item in metadata], occurrences)
     todo = [(task_name, item_id) not in appender.done for item_id in ids]
     if not any(todo):
@@ -260,6 +266,12 @@ def _check_settings(output_dir: str, settings: dict) -> None:
   outputs.atomic_write_text(path, json.dumps(settings, indent=2, sort_keys=True) + "\n")
 
 
+def _records(file: dict) -> str:
+  if file.get("records_read") is None:
+    return ""
+  return f", {file['records_read']} records read, {file['records_skipped']} skipped"
+
+
 def _notes(settings: dict) -> list[str]:
   """The provenance lines of the report header and the console."""
   step = settings["checkpoint_step"]
@@ -269,7 +281,8 @@ def _notes(settings: dict) -> list[str]:
            + f", parameters {settings['params_fingerprint'][:23]}…",
            f"vocabulary {settings['vocabulary']['class']} ({settings['vocabulary']['size']} ids), "
            f"feature lengths {settings['task_feature_lengths']}, project version {settings['version']}",
-           "data: " + ("; ".join(f"{f['path']} ({f['bytes']} bytes, sha256 {f['sha256'][:12]})"
+           "data: " + ("; ".join(f"{f['path']} ({f['bytes']} bytes, sha256 {f['sha256'][:12]}"
+                                 + _records(f) + ")"
                                  for f in unique.values()) or "no files (TFDS or other sources)")]
   quickstart = sorted({f["dataset"] for f in unique.values() if f["quickstart"]})
   if quickstart:
@@ -284,7 +297,9 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
              run_config: str | None = None) -> dict:
   """Scores a task or mixture with a checkpoint; writes predictions, metrics.json and report.html.
 
-  Returns the metrics (`{task: {metric: {"value", "low", "high"}}}`). Runs on one host, the
+  Returns the metrics (`{task: {metric: {"value", "low", "high"}}}`). On SIGINT or SIGTERM it
+  stops after the batch being scored and raises `checkpoints.PreemptionGuard.Interrupted` saying
+  how many items predictions.jsonl holds; calling it again resumes. Runs on one host, the
   model and batches sharded over its devices by `mesh_shape` (data, model) and the rules, every
   scoring call inside the mesh and the rules. `run_config` (the gin configuration's text) is
   written to `output_dir/config.gin`. scripts/evaluate.py calls it through gin (gin/runs/eval.gin).
@@ -312,13 +327,22 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   notes = _notes(settings)
   print("\n".join(notes), flush=True)
   score_fn = make_score_fn(config, scorer, length_normalize, mesh, rules)
-  with outputs.PredictionsAppender(output_dir) as appender:
+  stopping = "finishing the batch being scored, then stopping"
+  with outputs.PredictionsAppender(output_dir) as appender, \
+      checkpoints.PreemptionGuard(stopping=stopping) as guard:
     if appender.done:
       print(f"resuming: {len(appender.done)} items already in {appender.path}", flush=True)
     for task in tasks:
+      if guard.should_stop():
+        break
       score_task(task.name, split, task_feature_lengths, batch_size, score_fn, params, appender,
                  total=task.num_input_examples(split), mesh=mesh, rules=rules,
-                 use_cached=use_cached_tasks)
+                 use_cached=use_cached_tasks, should_stop=guard.should_stop)
+    totals = [t.num_input_examples(split) for t in tasks]
+    total = None if None in totals else sum(totals)
+    if guard.should_stop() and len(appender.done) != total:  # a signal after the last batch: done
+      raise guard.interrupted(f"interrupted after {len(appender.done)}/{total or '?'} items, kept in "
+                              f"{appender.path}; rerun the same command to resume")
     path = appender.path
   by_task = {}
   for record in outputs.read_predictions(path):

@@ -48,19 +48,23 @@ def decode_tokens(vocabulary, tokens: np.ndarray) -> str:
 def generate(config: T5Config, params, vocabulary, input_ids: np.ndarray, rng, *, max_length: int,
              batch_size: int, num_samples: int = 1, top_p: float = 0.95, temperature: float = 1.0,
              reward_model: tuple[T5Config, dict] | None = None, mesh=None,
-             rules=partitioning.STANDARD_LOGICAL_AXIS_RULES) -> list[dict]:
+             rules=partitioning.STANDARD_LOGICAL_AXIS_RULES,
+             should_stop: Callable[[], bool] = lambda: False) -> list[dict]:
   """Per row of input_ids [N, L]: `predictions` (num_samples texts), sampled in batches of batch_size.
 
   With `reward_model` (config, params) the row also gets `rewards` (one per sample), `best` (the
   index of the highest) and `kl` (of best-of-N from the sampling policy). The last batch is
   padded to batch_size (one compiled shape); batch i samples with fold_in(rng, i), so the output
   depends only on rng and the rows' order. Sampling runs inside `mesh` and the rules when given.
+  `should_stop()` is asked before each batch; when it says so, the rows sampled so far are returned.
   """
   rows_out = []
   progress = Progress("generated", len(input_ids), "inputs")
   mesh_context = partitioning.activate(mesh, rules) if mesh is not None else contextlib.nullcontext()
   with mesh_context:
     for index, first in enumerate(range(0, len(input_ids), batch_size)):
+      if should_stop():
+        break
       rows = input_ids[first:first + batch_size]
       padded = np.zeros((batch_size, input_ids.shape[1]), np.int32)
       padded[:len(rows)] = rows
@@ -78,7 +82,8 @@ def generate(config: T5Config, params, vocabulary, input_ids: np.ndarray, rng, *
                         kl=float(out["kl"]))
         rows_out.append(record)
       progress.advance(len(rows), int(np.count_nonzero(rows)))
-      if progress.seconds_since_report() >= 10 or len(rows_out) == len(input_ids):
+      # The first batch's line shows that sampling runs (and what compiling cost), then every 10 s.
+      if index == 0 or progress.seconds_since_report() >= 10 or len(rows_out) == len(input_ids):
         progress.report()
   return rows_out
 
@@ -201,6 +206,11 @@ def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
   sample. With `reward_checkpoint_path` a line also holds `rewards`, `best` and `kl` (best-of-N
   over the num_samples). Runs on this host's devices, `mesh_shape` (data, model). Returns the
   output path; scripts/generate.py calls it through gin (gin/runs/infer.gin).
+
+  The file is written whole (atomically) when sampling ends. On SIGINT or SIGTERM sampling stops
+  after the batch in progress, the lines of the inputs sampled so far are written the same way,
+  and `checkpoints.PreemptionGuard.Interrupted` is raised; calling it again starts over (the
+  same seed samples the same texts).
   """
   if input_file is not None:
     if format_inputs is None or vocabulary is None:
@@ -216,10 +226,15 @@ def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
   rules = partitioning.as_rules(logical_axis_rules)
   mesh, (config, params), reward_model = _load(checkpoint_path, model_config, reward_checkpoint_path,
                                                mesh_shape, rules)
-  records = generate(config, params, vocabulary, input_ids, jax.random.PRNGKey(seed),
-                     max_length=task_feature_lengths["targets"], batch_size=batch_size,
-                     num_samples=num_samples, top_p=top_p, temperature=temperature,
-                     reward_model=reward_model, mesh=mesh, rules=rules)
+  print(f"generating for {len(rows)} inputs, {batch_size} per batch, into {output_file}", flush=True)
+  with checkpoints.PreemptionGuard(stopping="finishing the batch being sampled, then stopping") as guard:
+    records = generate(config, params, vocabulary, input_ids, jax.random.PRNGKey(seed),
+                       max_length=task_feature_lengths["targets"], batch_size=batch_size,
+                       num_samples=num_samples, top_p=top_p, temperature=temperature,
+                       reward_model=reward_model, mesh=mesh, rules=rules, should_stop=guard.should_stop)
   lines = [json.dumps({**row, **record}, ensure_ascii=False) + "\n" for row, record in zip(rows, records)]
   outputs.atomic_write_text(output_file, "".join(lines))
+  if guard.signal_number is not None and len(records) < len(rows):
+    raise guard.interrupted(f"interrupted after {len(records)}/{len(rows)} inputs, their lines written "
+                            f"to {output_file}; rerunning the same command starts over")
   return output_file

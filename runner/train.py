@@ -60,17 +60,25 @@ def _initial_params(config, objective: trainer.Objective, initial_checkpoint_pat
 def _initialise_or_restore(manager, config, goal, optimizer, initial_checkpoint_path, seed, mesh, rules):
   """(step, params, opt_state, (params shardings, optimizer state shardings)) to start from.
 
-  The latest checkpoint in `manager` if there is one, else INITIAL_CHECKPOINT_PATH's or random
-  parameters. Shardings come first, so that no array is ever whole on one device.
+  The latest checkpoint in `manager` that reads (a damaged later one is reported and passed over;
+  when none reads, its CheckpointDamagedError stops the run rather than start it afresh), else
+  INITIAL_CHECKPOINT_PATH's or random parameters. Shardings come first, so that no array is ever
+  whole on one device.
   """
   random_init = functools.partial(_initial_params, config, goal, None, seed)
   abstract_params = jax.eval_shape(random_init)
   params_shardings = partitioning.param_shardings(abstract_params, config, mesh, rules)
   opt_shardings = partitioning.opt_state_shardings(optimizer, abstract_params, params_shardings, mesh)
   shardings = (params_shardings, opt_shardings)
-  restored = checkpoints.restore(manager, partitioning.with_shardings(abstract_params, params_shardings),
-                                 partitioning.with_shardings(jax.eval_shape(optimizer.init, abstract_params),
-                                                             opt_shardings))
+  restored, damaged = checkpoints.restore_readable(
+      manager, partitioning.with_shardings(abstract_params, params_shardings),
+      partitioning.with_shardings(jax.eval_shape(optimizer.init, abstract_params), opt_shardings))
+  # Set aside, so that the run can save those steps again when it reaches them.
+  moved = checkpoints.set_aside(manager, [error.step for error in damaged])
+  for error, path in zip(damaged, moved):
+    if jax.process_index() == 0:
+      print(f"checkpoint step {error.step} in {manager.directory} is unreadable ({error.damage}); "
+            f"resuming from step {restored[0]} (step {error.step} kept as {path.name})", flush=True)
   if restored:
     step, params, opt_state, _ = restored  # the data position is the step: one batch per step
     return step, params, opt_state, shardings
@@ -108,6 +116,13 @@ def _print_mixture(name, split):
 def preflight(*, train_steps: int, batch_size: int, accumulation_steps: int, data_axis: int,
               model_config: T5Config, vocabulary_size: int | None) -> None:
   """Stops a run that could not train as asked, before anything compiles or MODEL_DIR exists."""
+  for name, value in (("TRAIN_STEPS", train_steps), ("BATCH_SIZE", batch_size),
+                      ("ACCUMULATION_STEPS", accumulation_steps)):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+      raise ValueError(f"{name} must be a whole number, got {value!r}")
+  if not isinstance(model_config, T5Config):
+    raise ValueError(f"MODEL_CONFIG must be a T5Config (a gin/models file binds @config.T5Config()), "
+                     f"got {str(model_config)[:60]!r}")
   if train_steps <= 0:
     raise ValueError(f"TRAIN_STEPS must be positive, got {train_steps}: the run would save nothing")
   if batch_size <= 0:

@@ -19,14 +19,12 @@ from absl import flags
 from runner import outputs
 from runner import report
 from scripts import console
-from t5_tasks.analysis import agreement
-from t5_tasks.analysis import asq as asq_analysis
-from t5_tasks.analysis import turingadvice as ta_analysis
-from t5_tasks.baselines import preference_heuristics
-from t5_tasks.sources import asq
-from t5_tasks.sources import heap
-from t5_tasks.sources import summarize_feedback
-from t5_tasks.sources import turingadvice
+
+# t5_tasks (seqio, TensorFlow) is imported inside the analyses, once app.run has started absl:
+# TensorFlow registers a GPU probe to run when absl starts, and imported at the top of this file
+# that probe would run in app.run with stderr open, printing `failed call to cuInit` on a CPU
+# machine. Imported later, the probe runs during the import, which t5_tasks does with stderr
+# silenced (as scripts/train.py's start does).
 
 def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
   """Defines the command line's flags (on `fv`; tests pass their own FlagValues)."""
@@ -71,6 +69,8 @@ def _rate_chart(title: str, rates: dict) -> report.BarChart:
 
 
 def analyze_turingadvice(args):
+  from t5_tasks.analysis import turingadvice as ta_analysis  # pylint: disable=g-import-not-at-top
+  from t5_tasks.sources import turingadvice  # pylint: disable=g-import-not-at-top
   situations, _ = turingadvice.read_turingadvice_eval(args.eval_file)
   result = ta_analysis.analyze(situations, seed=args.seed)
   systems = result["systems"]
@@ -123,6 +123,8 @@ def _named_predictions(args) -> dict[str, list[dict]]:
 
 
 def analyze_asq(args):
+  from t5_tasks.analysis import asq as asq_analysis  # pylint: disable=g-import-not-at-top
+  from t5_tasks.sources import asq  # pylint: disable=g-import-not-at-top
   rounds = [asq.read_asq_annotations(f)[0] for f in _annotation_files(args)]
   result = asq_analysis.analyze(*rounds, system_predictions=_named_predictions(args), seed=args.seed)
   tables = [report.Table("Human accuracy (95% CI)", ("round", "n", "accuracy"),
@@ -145,6 +147,11 @@ def analyze_asq(args):
 
 
 def _comparison_items(args):
+  # pylint: disable=g-import-not-at-top
+  from t5_tasks.baselines import preference_heuristics
+  from t5_tasks.sources import heap
+  from t5_tasks.sources import summarize_feedback
+  from t5_tasks.sources import turingadvice
   fmt, path = args.comparison_format, args.comparisons
   if not path:
     raise app.UsageError("agreement needs --comparisons")
@@ -158,6 +165,8 @@ def _comparison_items(args):
 
 
 def analyze_agreement(args):
+  from t5_tasks.analysis import agreement  # pylint: disable=g-import-not-at-top
+  from t5_tasks.baselines import preference_heuristics  # pylint: disable=g-import-not-at-top
   items = _comparison_items(args)
   judges = agreement.heuristic_scores(items)
   for name, predictions in _named_predictions(args).items():

@@ -5,9 +5,11 @@ r"""Evaluates a checkpoint offline with gin, on the command line t5x uses.
       --gin.EVAL_OUTPUT_DIR="'/tmp/run/eval'"
 
 Writes EVAL_OUTPUT_DIR/predictions.jsonl, metrics.json and report.html, and prints the metrics.
-Rerunning the same command resumes an interrupted evaluation (Ctrl-C exits 130 with one line;
-the items scored so far are kept); an EVAL_OUTPUT_DIR holding another checkpoint's or other data's
-predictions is refused. Importing t5_tasks registers every task and mixture.
+Ctrl-C (SIGINT) or SIGTERM stops after the batch being scored: the items scored so far are
+kept, no metrics or report are written, one line says how far it got, and the exit code is 130
+or 143 (as scripts/train.py's). Rerunning the same command resumes; an EVAL_OUTPUT_DIR holding
+another checkpoint's or other data's predictions is refused. Importing t5_tasks registers every
+task and mixture.
 """
 from typing import Sequence
 

@@ -7,6 +7,11 @@ generates for the inputs of the advice task (MIXTURE_OR_TASK_NAME, SPLIT); with
 --gin.INPUT_FILE="'situations.jsonl'" for a JSON lines file of situations instead (`title`,
 `selftext`, `subreddit`, optional `id` and `created_utc`), formatted as the advice task formats
 its inputs. `advice_generator` is the same model behind the leaderboard server (scripts/serve.py).
+
+The output file is written whole at the end. Ctrl-C (SIGINT) or SIGTERM stops after the batch
+being sampled: the lines of the inputs sampled so far are written (complete lines only), one line
+says how far it got, and the exit code is 130 or 143 (as scripts/train.py's); rerunning the same
+command starts over. A setting or input it cannot use exits 1 with one line.
 """
 import time
 from typing import Callable, Sequence
@@ -59,4 +64,5 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   train_script.define_flags()
-  app.run(main, flags_parser=lambda argv: flags.FLAGS(train_script.rewrite_gin_args(argv)))
+  app.run(train_script.one_line_errors(main),
+          flags_parser=lambda argv: flags.FLAGS(train_script.rewrite_gin_args(argv)))

@@ -6,11 +6,16 @@ r"""Serves advice over the TuringAdvice leaderboard API.
 POST /api/askbatch {"instances": [{"title", "selftext", "subreddit"}, ...]}
 answers {"gens": [advice, ...]} in the same order. Malformed requests get a
 400 (413 when over --max_request_bytes) with {"error": ...}; serving goes on.
+
+SIGINT (Ctrl-C) or SIGTERM stops the server: it accepts no new connection, lets the requests in
+flight finish (up to SHUTDOWN_GRACE_S seconds), prints `serve: stopped` and exits 0.
 """
 import http
 import http.server
 import json
+import signal
 import threading
+import time
 from typing import Callable, Sequence
 
 from absl import app
@@ -26,6 +31,8 @@ FIELDS = ("title", "selftext", "subreddit")
 _DISCARD_LIMIT = 64 << 20
 
 Generator = Callable[[list[dict]], list[str]]
+
+SHUTDOWN_GRACE_S = 60.0  # how long a stopping server waits for the requests in flight
 
 
 class RequestError(Exception):
@@ -56,8 +63,50 @@ def parse_instances(body: bytes) -> list[dict]:
   return [{f: instance[f] for f in FIELDS} for instance in instances]
 
 
+class AskBatchServer(http.server.ThreadingHTTPServer):
+  """A threaded HTTP server that counts the connections it has accepted and not yet finished,
+  so that a stopping server can let them finish (`wait_for_requests`)."""
+
+  daemon_threads = True  # a client stalled past the grace period does not keep the process alive
+  block_on_close = False  # server_close() does not join request threads: wait_for_requests bounds it
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._in_flight = 0
+    self._finished = threading.Condition()
+
+  def process_request(self, request, client_address):
+    with self._finished:  # counted in serve_forever's thread, before shutdown() can return
+      self._in_flight += 1
+    try:
+      super().process_request(request, client_address)
+    except BaseException:
+      self._count_finished()
+      raise
+
+  def process_request_thread(self, request, client_address):
+    try:
+      super().process_request_thread(request, client_address)
+    finally:
+      self._count_finished()
+
+  def _count_finished(self):
+    with self._finished:
+      self._in_flight -= 1
+      self._finished.notify_all()
+
+  def wait_for_requests(self, timeout: float, give_up: Callable[[], bool] = lambda: False) -> int:
+    """Waits up to `timeout` seconds (less once `give_up()`) for the accepted requests to finish;
+    returns how many still run."""
+    deadline = time.monotonic() + timeout
+    with self._finished:
+      while self._in_flight and not give_up() and time.monotonic() < deadline:
+        self._finished.wait(min(0.1, max(deadline - time.monotonic(), 0.0)))
+      return self._in_flight
+
+
 def make_server(generator: Generator, host: str = "127.0.0.1", port: int = 0,
-                max_request_bytes: int = 1 << 20) -> http.server.ThreadingHTTPServer:
+                max_request_bytes: int = 1 << 20) -> AskBatchServer:
   """A threaded server for the askbatch API; the generator runs one batch at a time."""
   generate_lock = threading.Lock()  # Model generators need not be thread-safe.
 
@@ -110,9 +159,37 @@ def make_server(generator: Generator, host: str = "127.0.0.1", port: int = 0,
     def log_message(self, format, *args):  # pylint: disable=redefined-builtin
       logging.info("%s %s", self.address_string(), format % args)
 
-  server = http.server.ThreadingHTTPServer((host, port), AskBatchHandler)
-  server.daemon_threads = True
-  return server
+  return AskBatchServer((host, port), AskBatchHandler)
+
+
+def serve_until_stopped(server: AskBatchServer, grace_s: float = SHUTDOWN_GRACE_S) -> str:
+  """Serves until SIGINT or SIGTERM, then stops accepting, waits up to `grace_s` seconds (or until
+  a second signal) for the requests in flight, and closes the socket. Returns the line that says
+  how it stopped.
+
+  Called from the main thread (where Python runs signal handlers). A handler may not call
+  `server.shutdown()` itself: that waits for serve_forever, which runs in the same thread, to
+  return, so the handler asks another thread to.
+  """
+  received = []
+
+  def stop(signum, frame):
+    del frame
+    received.append(signum)
+    if len(received) == 1:
+      threading.Thread(target=server.shutdown, name="serve-shutdown", daemon=True).start()
+
+  previous = {number: signal.signal(number, stop) for number in (signal.SIGINT, signal.SIGTERM)}
+  try:
+    server.serve_forever()
+    unfinished = server.wait_for_requests(grace_s, give_up=lambda: len(received) > 1)
+  finally:
+    server.server_close()
+    for number, handler in previous.items():
+      signal.signal(number, handler)
+  if unfinished:
+    return f"serve: stopped; {unfinished} request(s) still in flight were cut off"
+  return "serve: stopped"
 
 
 def tfidf_generator(train_file: str) -> Generator:
@@ -157,10 +234,7 @@ def main(argv: Sequence[str]) -> None:
   server = make_server(generator, args.host, args.port, args.max_request_bytes)
   host, port = server.server_address[:2]
   print(f"serving POST http://{host}:{port}{ASK_PATH}", flush=True)
-  try:
-    server.serve_forever()
-  finally:
-    server.server_close()
+  print(serve_until_stopped(server), flush=True)
 
 
 if __name__ == "__main__":

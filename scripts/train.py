@@ -4,13 +4,16 @@ r"""Trains a model with gin, on the command line t5x uses.
       --gin_file=gin/mixtures/quickstart.gin --gin.MODEL_DIR="'/tmp/run'" --gin.TRAIN_STEPS=200
 
 `--gin.NAME=value` is shorthand for `--gin_bindings='NAME = value'`; a macro set so that no
-configuration reads it (a misspelled name) is warned about, or refused with --strict_gin.
+configuration reads it (a misspelled name) is warned about, or refused with --strict_gin. A binding
+gin cannot parse, a %NAME that nothing defines and a macro bound to the wrong kind of value (a
+string for TRAIN_STEPS: MACRO_KINDS below) are refused before anything runs, naming the binding.
 Importing t5_tasks registers every task and mixture. Rerunning the same command resumes from the
 latest checkpoint in MODEL_DIR.
 
-Exit codes: 0 when TRAIN_STEPS are done; 1 for a setting or input the run cannot use (one line
-says which); 130 after Ctrl-C (SIGINT) and 143 after SIGTERM (a preemption, `kill`), both having
-saved a checkpoint at the step reached, so that the same command resumes.
+Exit codes: 0 when TRAIN_STEPS are done; 1 for a setting or input the run cannot use (one
+paragraph, usually a line, says which); 130 after Ctrl-C (SIGINT) and 143 after SIGTERM (a
+preemption, `kill`), both having saved a checkpoint at the step reached, so that the same command
+resumes.
 """
 import pathlib
 import re
@@ -22,6 +25,7 @@ import gin
 from absl import app
 from absl import flags
 
+from runner import checkpoints
 from runner import train as train_lib
 from scripts import console
 
@@ -51,10 +55,47 @@ def rewrite_gin_args(argv: Sequence[str]) -> list[str]:
   return rewritten
 
 
+def _shown(text: str, limit: int = 80) -> str:
+  """`text` as a message quotes it: on one line, a long one cut short."""
+  text = " ".join(str(text).split())
+  return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _as_flag(binding: str) -> str:
+  """`NAME = value` as the command line wrote it, `--gin.NAME=value`."""
+  name, equals, value = binding.partition("=")
+  return _shown(f"--gin.{name.strip()}={value.strip()}" if equals else f"--gin_bindings={binding}")
+
+
 def parse_gin(gin_files, gin_bindings, search_paths) -> None:
+  """Parses the gin files, then each binding. What gin refuses while parsing (a file it cannot
+  open or read, a binding it cannot parse, a reference to no configurable) is the command line's
+  fault, never the code's: it becomes a ValueError that names the file or the binding. The
+  bindings are parsed one at a time (as gin would parse them joined) to know which one it was."""
   for path in search_paths:
     gin.add_config_file_search_path(path)
-  gin.parse_config_files_and_bindings(gin_files, gin_bindings, finalize_config=False)
+  for gin_file in gin_files:
+    try:
+      gin.parse_config_file(gin_file)
+    except SyntaxError as error:
+      raise ValueError(f"--gin_file={gin_file}: gin cannot parse line {error.lineno} of "
+                       f"{error.filename or gin_file}: {error.msg}") from None
+    except (ValueError, ImportError, OSError) as error:  # OSError: gin's "Unable to open file"
+      raise ValueError(f"--gin_file={gin_file}: {_gin_reason(error)}") from None
+  for binding in gin_bindings:
+    try:
+      gin.parse_config(binding)
+    except SyntaxError as error:
+      raise ValueError(f"{_as_flag(binding)}: gin cannot parse this binding ({error.msg.rstrip('.')}); "
+                       "a value is a Python literal, a string in quotes (--gin.MODEL_DIR=\"'/tmp/run'\"), "
+                       "a %MACRO or an @configurable") from None
+    except (ValueError, ImportError) as error:
+      raise ValueError(f"{_as_flag(binding)}: {_gin_reason(error)}") from None
+
+
+def _gin_reason(error: Exception) -> str:
+  """gin's message without the lines it adds (where in the text, a caret, the configurable called)."""
+  return _shown(str(error).split("\n", 1)[0], limit=300)
 
 
 _MACRO_BINDING = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")  # `NAME = value`, not `fn.param = value`
@@ -82,6 +123,120 @@ def check_macros(gin_bindings, strict: bool) -> None:
   print(f"WARNING: {message}; the binding has no effect", file=sys.stderr, flush=True)
 
 
+def macro_bindings() -> dict:
+  """Every macro the parsed configuration binds, with its value (a gin reference, as
+  `@config.T5Config()` or `%MODEL_DIR`, stays unevaluated)."""
+  from gin import config as gin_config  # pylint: disable=g-import-not-at-top  # gin's parsed state
+  return {scope: gin.query_parameter(f"%{scope}")
+          for scope, selector in list(gin_config._CONFIG)  # pylint: disable=protected-access
+          if selector == "gin.macro" and scope}
+
+
+def _whole(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _text(value) -> bool:
+  return isinstance(value, str)
+
+
+def _text_or_none(value) -> bool:
+  return value is None or isinstance(value, str)
+
+
+def _flag(value) -> bool:
+  return isinstance(value, bool)
+
+
+def _flag_or_none(value) -> bool:
+  return value is None or isinstance(value, bool)
+
+
+def _lengths(value) -> bool:
+  return (isinstance(value, dict) and {"inputs", "targets"} <= set(value)
+          and all(isinstance(k, str) and _whole(v) and v > 0 for k, v in value.items()))
+
+
+def _fraction(value) -> bool:
+  return _number(value) and 0 <= value <= 1
+
+
+def _mesh(value) -> bool:
+  return (isinstance(value, (tuple, list)) and len(value) == 2 and all(_whole(v) and (v > 0 or v == -1) for v in value)
+          and tuple(value) != (-1, -1))
+
+
+def _rules(value) -> bool:
+  return isinstance(value, (tuple, list)) and all(
+      isinstance(rule, (tuple, list)) and len(rule) == 2 and isinstance(rule[0], str)
+      and (rule[1] is None or isinstance(rule[1], (str, tuple, list))) for rule in value)
+
+
+def _reference_only(value) -> bool:
+  return False  # a literal: only a gin reference (checked before) will do
+
+
+# The kind of value each of the gin files' macros takes (t5x's names), checked when the command
+# line is parsed: a wrong kind is refused in one line naming the macro, before a configurable is
+# called with it (and fails somewhere inside it, as a TypeError far from the binding).
+MACRO_KINDS = {
+    **dict.fromkeys(("TRAIN_STEPS", "BATCH_SIZE", "ACCUMULATION_STEPS", "WARMUP_STEPS", "MIXTURE_RATE_CAP",
+                     "SEED", "NUM_SAMPLES"), (_whole, "a whole number")),
+    **dict.fromkeys(("LEARNING_RATE", "WEIGHT_DECAY", "Z_LOSS", "TEMPERATURE"), (_number, "a number")),
+    **dict.fromkeys(("DROPOUT_RATE", "TOP_P"), (_fraction, "a number from 0 to 1")),
+    **dict.fromkeys(("MODEL_DIR", "CHECKPOINT_PATH", "EVAL_OUTPUT_DIR", "INFER_OUTPUT_FILE",
+                     "MIXTURE_OR_TASK_NAME", "OBJECTIVE", "OPTIMIZER", "SCHEDULE", "SPLIT", "SCORER",
+                     "ACTIVATION_DTYPE"), (_text, "a string in quotes, e.g. --gin.NAME=\"'text'\"")),
+    **dict.fromkeys(("INITIAL_CHECKPOINT_PATH", "REWARD_CHECKPOINT_PATH", "INPUT_FILE"),
+                    (_text_or_none, "a string in quotes (a path) or None")),
+    **dict.fromkeys(("USE_CACHED_TASKS", "LENGTH_NORMALIZE"), (_flag, "True or False")),
+    "MULTI_HOST": (_flag_or_none, "True, False or None"),
+    "TASK_FEATURE_LENGTHS": (_lengths, "a dict of positive lengths with 'inputs' and 'targets', "
+                                       "e.g. {'inputs': 512, 'targets': 128}"),
+    "MESH_SHAPE": (_mesh, "a (data, model) pair of device counts, one of them -1 at most (the devices the "
+                          "other leaves), e.g. (-1, 1)"),
+    "LOGICAL_AXIS_RULES": (_rules, "a list of (logical axis, mesh axis) pairs"),
+    "MODEL_CONFIG": (_reference_only, "a model, @config.T5Config() as a gin/models file binds it"),
+}
+
+
+def _holds_reference(value) -> bool:
+  """Whether `value` is, or holds, a gin reference (`%NAME`, `@fn()`): known only when called."""
+  if isinstance(value, gin.config.ConfigurableReference):
+    return True
+  if isinstance(value, dict):
+    return any(map(_holds_reference, (*value.keys(), *value.values())))
+  return isinstance(value, (list, tuple)) and any(map(_holds_reference, value))
+
+
+def check_macro_kinds() -> None:
+  """Refuses a macro bound to a value of the wrong kind (a string for TRAIN_STEPS, ...)."""
+  for name, value in macro_bindings().items():
+    if name not in MACRO_KINDS or _holds_reference(value):
+      continue
+    accepts, kind = MACRO_KINDS[name]
+    if not accepts(value):
+      raise ValueError(f"{name} must be {kind.replace('NAME', name)}; got {_shown(repr(value), 60)} "
+                       f"({type(value).__name__})")
+
+
+def check_macro_references(gin_bindings) -> None:
+  """Refuses a `%NAME` that no binding defines (gin would fail, with a TypeError about its own
+  `macro()`, when it calls the configurable that reads it)."""
+  from gin import config as gin_config  # pylint: disable=g-import-not-at-top
+  undefined = sorted({ref.scoped_selector.rsplit("/", 1)[0]
+                      for ref in gin_config.iterate_references(gin_config._CONFIG)  # pylint: disable=protected-access
+                      if ref.selector == "gin.macro"} - set(macro_bindings()))
+  if undefined:
+    readers = [_as_flag(b) for b in gin_bindings if any(f"%{name}" in b for name in undefined)]
+    raise ValueError(f"{'; '.join(readers) + ': ' if readers else ''}%{', %'.join(undefined)} is "
+                     "defined by no binding (misspelled?)")
+
+
 def start(argv: Sequence[str]) -> None:
   """What every gin script does first: check the arguments, quiet the libraries, register the
   tasks, parse the gin files and bindings."""
@@ -91,21 +246,46 @@ def start(argv: Sequence[str]) -> None:
   import t5_tasks  # pylint: disable=g-import-not-at-top,unused-import  # registers the tasks
   parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
   check_macros(flags.FLAGS.gin_bindings, flags.FLAGS.strict_gin)
+  check_macro_references(flags.FLAGS.gin_bindings)
+  check_macro_kinds()
 
 
 def one_line_errors(main: Callable[[Sequence[str]], None]) -> Callable[[Sequence[str]], None]:
-  """`main` whose user-caused failures end the process with their message, not a traceback:
-  a setting or input it cannot use exits 1, Ctrl-C exits 130."""
+  """`main` whose user-caused failures end the process with their message (one paragraph), not a
+  traceback: a setting or input it cannot use exits 1; a run that SIGINT or SIGTERM stopped at an
+  item boundary (evaluation, generation) prints its line and exits 130 or 143, as training does;
+  Ctrl-C before that exits 130."""
   def guarded(argv):
     try:
       main(argv)
+    except checkpoints.PreemptionGuard.Interrupted as stopped:
+      print(stopped.line, flush=True)
+      sys.exit(EXIT_SIGINT if stopped.signal_number == signal.SIGINT else EXIT_SIGTERM)
     except KeyboardInterrupt:
       print("interrupted (Ctrl-C); rerun the same command to resume", file=sys.stderr, flush=True)
       sys.exit(EXIT_SIGINT)
-    except (ValueError, FileNotFoundError) as error:
-      print(f"error: {error}", file=sys.stderr, flush=True)
+    # ValueError: a setting the run cannot use (the scripts' and runner's checks, gin's parse errors
+    # as parse_gin words them, a configurable refusing a bound value); OSError: a path or the
+    # machine (a missing file, permissions, a name too long); NonFiniteLossError: a run whose
+    # loss diverged (a LEARNING_RATE of 1e30), with its last good checkpoint. Anything else (a
+    # TypeError, a KeyError) is a bug to fix where it arises and keeps its traceback: the command
+    # line's wrong kinds of values are refused before any configurable runs (check_macro_kinds).
+    except (ValueError, OSError, train_lib.NonFiniteLossError) as error:
+      print(f"error: {one_paragraph(error)}", file=sys.stderr, flush=True)
       sys.exit(1)
   return guarded
+
+
+# gin's note on an error raised inside a configurable: which one (and its address), not the binding.
+_GIN_CALL_NOTE = re.compile(r"\n\s*In call to configurable .*$", re.MULTILINE)
+
+
+def one_paragraph(error: Exception) -> str:
+  """The error's message without gin's `In call to configurable ...` lines, blank lines removed,
+  and a line that quotes a very long value (a path) cut short."""
+  text = _GIN_CALL_NOTE.sub("", str(error))
+  return "\n".join(_shown(line.rstrip(), limit=500) if len(line) > 500 else line.rstrip()
+                   for line in text.splitlines() if line.strip())
 
 
 def main(argv: Sequence[str]) -> None:

@@ -1,5 +1,6 @@
 """Runs that cannot silently report the wrong numbers: provenance, preflight, empty inputs, macros."""
 import json
+import pathlib
 import re
 
 import gin
@@ -45,6 +46,9 @@ def test_evaluating_a_later_checkpoint_into_the_same_directory_is_refused(tmp_pa
   files = recorded["tasks"][TASK]["files"]
   assert [f["dataset"] for f in files] == ["heap/turingadvice"] and files[0]["quickstart"]
   assert len(files[0]["sha256"]) == 64 and recorded["tasks"][TASK]["examples"]["train"] > 0
+  # Records counted apart from the reader: one situation per non-blank line, none skipped.
+  situations = [line for line in pathlib.Path(files[0]["path"]).read_text().splitlines() if line.strip()]
+  assert files[0]["records_read"] == len(situations) > 0 and files[0]["records_skipped"] == 0
 
   metrics = _evaluate(run, out)
   provenance = outputs.read_provenance(str(out))
@@ -55,6 +59,7 @@ def test_evaluating_a_later_checkpoint_into_the_same_directory_is_refused(tmp_pa
   assert provenance["data"][TASK]["files"] == [dict(files[0])]
   assert provenance["scorer"] == "likelihood" and provenance["length_normalize"] is True
   assert "at step 2" in (out / "report.html").read_text()
+  assert f"{len(situations)} records read, 0 skipped" in (out / "report.html").read_text()
 
   _train(run, 4)
   with pytest.raises(ValueError, match=r"holds predictions of another evaluation; fields that differ "

@@ -1,7 +1,9 @@
 """The train entry point: resuming after SIGKILL, saving on SIGTERM and SIGINT (and the script's exit
 codes), stopping on a non-finite loss.
 
-Runs happen in subprocesses (sharing a compilation cache); `run` below is what they call.
+Runs happen in subprocesses (sharing a compilation cache); `run` below is what they call. The
+gin-configured run on the quickstart mixture (its console, config.gin, t5_config.json) is make
+demo's training, checked by tests/test_readme.py.
 """
 import os
 import re
@@ -16,6 +18,8 @@ import pytest
 from models.config import T5Config
 from runner import checkpoints
 from tests.conftest import PROJECT_ROOT
+from tests.helpers.processes import script_env
+from tests.helpers.processes import signal_at_line
 from tests.runner.conftest import python_runner
 
 TINY = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
@@ -123,39 +127,6 @@ def test_non_finite_update_stops_with_the_last_good_checkpoint(runs):
   assert _steps(directory / "nan") == [3]
 
 
-def test_scripts_train_runs_a_gin_configured_run_on_the_quickstart_mixture(run_python, tmp_path):
-  out = run_python(f"""
-      import subprocess, sys
-      result = subprocess.run([sys.executable, "-m", "scripts.train",
-                      "--gin_file=gin/models/t5_1_1/tiny.gin", "--gin_file=gin/runs/finetune.gin",
-                      "--gin_file=gin/mixtures/quickstart.gin", "--gin.MODEL_DIR='{tmp_path / 'run'}'",
-                      "--gin.TRAIN_STEPS=4", "--gin.BATCH_SIZE=4", "--gin.train.train.log_every=2",
-                      "--gin.TASK_FEATURE_LENGTHS={{'inputs': 64, 'targets': 16}}"],
-                     cwd={str(PROJECT_ROOT)!r}, capture_output=True, text=True)
-      print(result.stdout)
-      print("STDERR:" + result.stderr)
-      assert result.returncode == 0, result.stderr
-      """)
-  stdout, stderr = out.split("STDERR:", 1)
-  assert "step 4/4  loss" in stdout and "tokens/s" in stdout and "stopped at step 4" in stdout
-  # The resolved mixture with each task's share, before the first step.
-  mixture = next(line for line in stdout.splitlines() if line.startswith("training on quickstart: "))
-  shares = [float(part.rsplit(" ", 1)[1].rstrip("%")) for part in mixture.split(": ", 1)[1].split(", ")]
-  # TimeDial's test-only cloze takes no share of training (seqio skips it); the other six do.
-  assert len(shares) == 6 and "timedial_cloze_full" not in mixture and abs(sum(shares) - 100) < 0.5, mixture
-  # The console is the project's lines: no absl INFO lines from orbax, seqio or TFDS, and none of
-  # seqio's per-task warnings about file-backed tasks.
-  assert not re.search(r"^I\d{4} ", stderr, re.MULTILINE), stderr[-3000:]
-  assert "not cached" not in stderr and "uncached FunctionDataset" not in stderr, stderr[-3000:]
-  assert _steps(tmp_path / "run") == [4]
-  assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "run" / "train"))
-  # The architecture beside the checkpoints, for evaluation without a model gin file.
-  assert checkpoints.read_model_config(str(tmp_path / "run")) == TINY
-  # The run's whole gin configuration, command-line bindings included, as t5x keeps it.
-  config = (tmp_path / "run" / "config.gin").read_text()
-  assert "TRAIN_STEPS = 4" in config and "train.train:" in config and "MIXTURE_OR_TASK_NAME = 'quickstart'" in config
-
-
 def test_an_unknown_task_name_stops_before_the_model_dir_exists_and_names_close_ones(tmp_path):
   import t5_tasks  # pylint: disable=unused-import  # registers the tasks
   from runner import train
@@ -191,14 +162,11 @@ def test_initial_checkpoint_path_reads_a_hugging_face_dir_and_checks_its_archite
                 initial_checkpoint_path=str(tmp_path / "hf"), batch_source=numbered_batches)
 
 
-def _script_env(compilation_cache):
-  return dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), JAX_PLATFORMS="cpu",
-              JAX_COMPILATION_CACHE_DIR=str(compilation_cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
-
-
 def _train_command(model_dir, *bindings):
+  """One small task, not a mixture: the quickstart mixture's pipeline is tested by make demo's
+  (tests/test_readme.py), and each of its tasks fills a shuffle buffer before the first step."""
   return [sys.executable, "-m", "scripts.train", "--gin_file=gin/models/t5_1_1/tiny.gin",
-          "--gin_file=gin/runs/finetune.gin", "--gin_file=gin/mixtures/quickstart.gin",
+          "--gin_file=gin/runs/finetune.gin", "--gin.MIXTURE_OR_TASK_NAME='asq_intent_cloze'",
           f"--gin.MODEL_DIR='{model_dir}'", "--gin.BATCH_SIZE=2",
           "--gin.TASK_FEATURE_LENGTHS={'inputs': 32, 'targets': 8}", *bindings]
 
@@ -206,19 +174,10 @@ def _train_command(model_dir, *bindings):
 @pytest.mark.parametrize("signal_number, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_scripts_train_saves_on_a_signal_and_exits_with_its_code(compilation_cache, tmp_path,
                                                                  signal_number, exit_code):
-  process = subprocess.Popen(_train_command(tmp_path / "run", "--gin.TRAIN_STEPS=100000",
-                                            "--gin.train.train.log_every=1"),
-                             cwd=PROJECT_ROOT, env=_script_env(compilation_cache), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-  try:
-    for line in process.stdout:
-      if line.startswith("step 2/"):
-        process.send_signal(signal_number)
-        break
-    stdout, stderr = process.communicate(timeout=300)
-  finally:
-    process.kill()
-  assert process.returncode == exit_code, stderr[-3000:]
+  returncode, stdout, stderr = signal_at_line(
+      _train_command(tmp_path / "run", "--gin.TRAIN_STEPS=100000", "--gin.train.train.log_every=1"),
+      "step 2/", signal_number, script_env(compilation_cache))
+  assert returncode == exit_code, stderr[-3000:]
   saved = re.search(rf"{signal_number.name}: saved the checkpoint of step (\d+) in .*; "
                     "rerun the same command to resume", stdout)
   assert saved, stdout[-2000:]
@@ -228,7 +187,7 @@ def test_scripts_train_saves_on_a_signal_and_exits_with_its_code(compilation_cac
 def test_scripts_train_refuses_zero_steps_in_one_line_and_names_a_misspelled_macro(compilation_cache,
                                                                                  tmp_path):
   result = subprocess.run(_train_command(tmp_path / "run", "--gin.TRAIN_STEPS=0", "--gin.TRAIN_STEP=5"),
-                          cwd=PROJECT_ROOT, env=_script_env(compilation_cache), capture_output=True,
+                          cwd=PROJECT_ROOT, env=script_env(compilation_cache), capture_output=True,
                           text=True, timeout=300)
   assert result.returncode == 1, result.stderr[-3000:]
   assert "WARNING: --gin.TRAIN_STEP: no configuration reads this macro (misspelled?)" in result.stderr

@@ -1,0 +1,151 @@
+"""Checkpoint damage: a missing or truncated file is one line naming the step and the file, and
+training resumes from the previous step that reads, saying so."""
+import gc
+import pathlib
+import re
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from models.config import T5Config
+from models.network import init_params
+from runner import checkpoints
+from runner import partitioning
+from runner import train as train_lib
+from runner import trainer
+
+# After the first failed read orbax abandons the other reads' coroutines, and Python reports each
+# when it is collected: noise about a failure these tests cause on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+CONFIG = T5Config(vocab_size=64, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
+                  num_encoder_layers=1, num_decoder_layers=1)
+OPTIMIZER = trainer.make_optimizer()
+
+
+@pytest.fixture(autouse=True)
+def _collect_abandoned_reads():
+  yield
+  gc.collect()  # while this test's warning filter holds, not in some later test
+
+
+def _largest_chunk(params_dir: pathlib.Path) -> pathlib.Path:
+  return max(params_dir.glob("ocdbt.process_*/d/*"), key=lambda path: path.stat().st_size)
+
+
+def _remove_metadata(params_dir):
+  (params_dir / "_METADATA").unlink()
+  return params_dir / "_METADATA"
+
+
+def _remove_manifest(params_dir):
+  (params_dir / "manifest.ocdbt").unlink()
+  return params_dir / "manifest.ocdbt"
+
+
+def _truncate_chunk(params_dir):
+  with open(_largest_chunk(params_dir), "r+b") as chunk:
+    chunk.truncate(100)
+  return params_dir  # TensorStore names the OCDBT database it read, not its chunk file
+
+
+DAMAGE = {"missing _METADATA": _remove_metadata, "missing manifest.ocdbt": _remove_manifest,
+          "truncated chunk": _truncate_chunk}
+
+
+def _random_params(config, seed):
+  """Parameters of `config`'s shapes, drawn by numpy: initialising them in jax compiles for seconds."""
+  rng = np.random.default_rng(seed)
+  shapes = jax.eval_shape(lambda: init_params(config, jax.random.PRNGKey(0)))
+  return jax.tree.map(lambda leaf: rng.standard_normal(leaf.shape).astype(leaf.dtype), shapes)
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory):
+  """A run directory with steps 1 and 2 (different parameters), and the parameters of each."""
+  run = tmp_path_factory.mktemp("saved") / "run"
+  manager = checkpoints.checkpoint_manager(str(run))
+  saved = {}
+  for step in (1, 2):
+    params = jax.device_put(_random_params(CONFIG, step))
+    checkpoints.save(manager, step, params, OPTIMIZER.init(params), {"batches": step})
+    saved[step] = jax.device_get(params)
+  manager.wait_until_finished()
+  checkpoints.write_model_config(str(run), CONFIG)
+  return run, saved
+
+
+@pytest.fixture(params=sorted(DAMAGE))
+def damaged_run(request, saved_run, tmp_path):
+  """(run directory whose step 2 is damaged one way, the damaged path, step 1's parameters)."""
+  run = tmp_path / "run"
+  shutil.copytree(saved_run[0], run)
+  damaged = DAMAGE[request.param](run / "checkpoints" / "2" / "params")
+  return run, damaged, saved_run[1][1]
+
+
+def _initialise_or_restore(run):
+  mesh = partitioning.create_mesh(1, 1, devices=jax.devices()[:1])
+  return train_lib._initialise_or_restore(  # pylint: disable=protected-access
+      checkpoints.checkpoint_manager(str(run)), CONFIG, trainer.get_objective("cross_entropy"),
+      OPTIMIZER, None, 0, mesh, partitioning.as_rules(partitioning.STANDARD_LOGICAL_AXIS_RULES))
+
+
+def _assert_one_line_naming(message, step, damaged):
+  assert message.startswith(f"checkpoint step {step} is damaged: {damaged}"), message
+  assert "\n" not in message and "tensorstore" not in message.lower() and len(message) < 300, message
+
+
+def test_loading_a_damaged_step_names_the_step_and_the_file(damaged_run):
+  run, damaged, _ = damaged_run
+  with pytest.raises(checkpoints.CheckpointDamagedError) as error:
+    checkpoints.load_params(str(run / "checkpoints" / "2"), CONFIG)
+  _assert_one_line_naming(str(error.value), 2, damaged)
+  assert isinstance(error.value, ValueError)  # scripts/train.py's one_line_errors prints it as one line
+
+
+def test_training_resumes_from_the_previous_step_when_the_latest_is_damaged(damaged_run, capsys):
+  run, damaged, step_1_params = damaged_run
+  step, params, _, _ = _initialise_or_restore(run)
+  assert step == 1
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(params), step_1_params)
+  printed = capsys.readouterr().out
+  assert f"checkpoint step 2 in {run / 'checkpoints'} is unreadable ({damaged}" in printed, printed
+  assert printed.rstrip().endswith("; resuming from step 1 (step 2 kept as 2.damaged)"), printed
+  # Set aside, so that the run saves step 2 afresh when it gets there.
+  assert (run / "checkpoints" / "2.damaged" / "params").is_dir()
+  assert checkpoints.checkpoint_manager(str(run)).all_steps() == [1]
+
+
+def test_training_stops_when_no_step_reads(damaged_run):
+  run, damaged, _ = damaged_run
+  shutil.rmtree(run / "checkpoints" / "1")
+  with pytest.raises(checkpoints.CheckpointDamagedError) as error:  # rather than start afresh
+    _initialise_or_restore(run)
+  _assert_one_line_naming(str(error.value), 2, damaged)
+  assert (run / "checkpoints" / "2").is_dir()
+
+
+def test_a_params_only_checkpoint_is_named_by_its_directory(saved_run, tmp_path):
+  params_dir = tmp_path / "converted" / "params"
+  checkpoints.save_params(str(params_dir), saved_run[1][1])
+  damaged = _remove_manifest(params_dir)
+  with pytest.raises(checkpoints.CheckpointDamagedError,
+                     match=re.escape(f"checkpoint {params_dir} is damaged: {damaged}: missing") + "$"):
+    checkpoints.load_params(str(params_dir), CONFIG)
+
+
+def test_a_failure_that_is_not_damage_keeps_its_own_error(saved_run):
+  run, _ = saved_run
+  manager = checkpoints.checkpoint_manager(str(run), read_only=True)
+
+  def placed(tree):
+    return partitioning.with_shardings(tree, checkpoints.placement(tree, CONFIG))
+
+  # Asking for shapes the checkpoint does not have is a mistake, not damage: orbax's error stands.
+  wider = jax.eval_shape(lambda: init_params(CONFIG.replace(mlp_dim=48), jax.random.PRNGKey(0)))
+  with pytest.raises(ValueError) as error:
+    checkpoints.restore(manager, placed(wider), placed(jax.eval_shape(OPTIMIZER.init, wider)), step=2)
+  assert not isinstance(error.value, checkpoints.CheckpointDamagedError), error.value
