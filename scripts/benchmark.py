@@ -33,6 +33,8 @@ _REPS = flags.DEFINE_integer("reps", 5, "Timed repetitions per implementation, a
 _JSON = flags.DEFINE_string("json", None, "Write one JSON object per measurement to this file.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "cpu: float32; gpu: bfloat16 activations.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the weights and the batches.")
+_QUICK = flags.DEFINE_bool("quick", False, "A smoke run: one repetition and the first scoring case "
+                           "(the numbers mean nothing; the code paths all run).")
 
 SUITES = ("scoring", "training", "generation", "import")
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,6 +91,7 @@ class Bench:
   reps: int
   seed: int
   meta: dict
+  scoring_cases: tuple = SCORING_CASES
 
   @property
   def on_gpu(self):
@@ -128,7 +131,7 @@ def _require(agreement: dict, tolerance: float, what: str):
 def scoring_suite(bench: Bench) -> list[dict]:
   c = bench.config
   records = []
-  for case in SCORING_CASES:
+  for case in bench.scoring_cases:
     rng = np.random.default_rng(bench.seed)
     input_ids = token_ids(rng, (case.batch, case.context), c.vocab_size)
     rows = case.batch * case.candidates
@@ -266,13 +269,16 @@ def make_bench(model: str, device: str, reps: int, seed: int, directory) -> Benc
   return Bench(config, jax.device_put(params), hf_model, torch_device, reps, seed, meta)
 
 
-def run(model="small", suites=SUITES, reps=5, device="cpu", seed=0) -> list[dict]:
-  """Runs the suites and returns their records (see scripts/bench_report.py)."""
+def run(model="small", suites=SUITES, reps=5, device="cpu", seed=0, quick=False) -> list[dict]:
+  """Runs the suites and returns their records (see scripts/bench_report.py); `quick`: one
+  repetition of the first scoring case only, to check that everything runs."""
   unknown = set(suites) - set(SUITES)
   if unknown:
     raise ValueError(f"unknown suite(s) {sorted(unknown)}; expected some of {SUITES}")
   with tempfile.TemporaryDirectory() as directory:
-    bench = make_bench(model, device, reps, seed, directory)
+    bench = make_bench(model, device, 1 if quick else reps, seed, directory)
+    if quick:
+      bench = dataclasses.replace(bench, scoring_cases=SCORING_CASES[:1])
     records = []
     for suite in suites:
       records += SUITE_FUNCTIONS[suite](bench)
@@ -285,7 +291,7 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   # Chosen before any backend starts: a GPU run must not fall back to the CPU silently.
   jax.config.update("jax_platforms", "cuda" if _DEVICE.value == "gpu" else "cpu")
-  records = run(_MODEL.value, _SUITES.value, _REPS.value, _DEVICE.value, _SEED.value)
+  records = run(_MODEL.value, _SUITES.value, _REPS.value, _DEVICE.value, _SEED.value, _QUICK.value)
   print(bench_report.table(records))
   if _JSON.value:
     bench_report.write_json_lines(_JSON.value, records)

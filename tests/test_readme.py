@@ -36,8 +36,7 @@ import pytest
 
 from tests.conftest import PROJECT_ROOT
 
-# One worker runs the whole module, so its shared runs happen once (make test: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("readme")
+# make test runs each module on one worker (--dist loadfile): the workspace and its runs happen once.
 
 README = PROJECT_ROOT / "README.md"
 FENCE = re.compile(r"^```(\w*)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
@@ -157,8 +156,8 @@ class Workspace:
     # "Entering directory" lines around its commands.
     outer_make = ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")
     self.env = {name: value for name, value in os.environ.items() if name not in outer_make}
-    self.env.update(JAX_COMPILATION_CACHE_DIR=str(tmp / "jax_cache"),
-                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    self.env.update(JAX_COMPILATION_CACHE_DIR=os.environ.get("JAX_COMPILATION_CACHE_DIR", str(tmp / "jax_cache")),
+                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")  # the run's cache (tests/conftest.py)
     self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     self._runs: dict[str, concurrent.futures.Future] = {}
 
@@ -424,8 +423,8 @@ def check_make_bench(ws: Workspace, command: str, result) -> None:
   from absl import flags  # pylint: disable=g-import-not-at-top
   from scripts import benchmark  # pylint: disable=g-import-not-at-top,unused-import  # defines its flags
   for word in words[3:]:
-    name, value = word[2:].split("=", 1)
-    flags.FLAGS[name].parser.parse(value)  # raises on a value the benchmark refuses
+    name, _, value = word[2:].partition("=")
+    flags.FLAGS[name].parser.parse(value or "true")  # raises on a flag or value the benchmark refuses
 
 
 def check_gpu_install(ws: Workspace, command: str, result) -> None:
@@ -524,7 +523,8 @@ CASES = [
     Case("make test", "make -n test: it is this suite", check_make_test),
     Case("make venv", "make -n -B venv, and this environment has the pinned versions", check_make_venv),
     Case("make lock", "make -n lock and its sed: a fresh 3 GB venv takes minutes", check_make_lock),
-    Case("make bench", "GPU: make -n bench, and the benchmark parses its flags", check_make_bench),
+    Case("make bench", "make -n bench, and the benchmark parses its flags (tests/scripts/test_benchmark.py "
+         "runs --model=tiny --quick)", check_make_bench),
     Case(".venv/bin/pip install -U", "GPU: not installed; the installed JAX has the extra",
          check_gpu_install),
     Case("python -c", "as is", check_task_and_mixture_names, run=run_as_is),

@@ -1,7 +1,7 @@
 """Running JAX code in a fresh interpreter: with 8 simulated CPU devices, or to kill it mid-run.
 
 The device count of a process is fixed when JAX starts, so multi-device checks run in
-subprocesses; they share one persistent compilation cache to avoid compiling the same step twice.
+subprocesses; they share the run's persistent compilation cache (tests/conftest.py).
 """
 import os
 import subprocess
@@ -15,7 +15,8 @@ from tests.conftest import PROJECT_ROOT
 
 @pytest.fixture(scope="session")
 def compilation_cache(tmp_path_factory):
-  return tmp_path_factory.mktemp("jax_compilation_cache")
+  """The run's JAX compilation cache (tests/conftest.py), for the subprocesses' environment."""
+  return os.environ.get("JAX_COMPILATION_CACHE_DIR") or tmp_path_factory.mktemp("jax_compilation_cache")
 
 
 def python_runner(cache_dir, cwd):
