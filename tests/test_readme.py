@@ -45,7 +45,7 @@ INLINE_COMMAND_STARTS = ("python ", ".venv/bin/python ", ".venv/bin/pip ", "make
 ABSOLUTE_FOLDERS = re.compile(r"(?<![\w.:/-])/(data|models|runs|ckpt)(?=/|\b)")
 PUBLISHED_SIZES = re.compile(r"gin/models/t5_1_1/(small|base|large|xl|xxl)\.gin")
 TINY_STEPS = 2
-DEMO_STEPS = 20
+DEMO_STEPS = 10
 # The quickstart's batch and lengths for every run, so that they share compiled steps.
 QUICKSTART_SHAPES = ("--gin.BATCH_SIZE=16", "--gin.TASK_FEATURE_LENGTHS={'inputs': 256, 'targets': 64}")
 DEMO_TRAIN = "python -m scripts.train --gin_file=gin/runs/finetune.gin --gin_file=gin/quickstart.gin"

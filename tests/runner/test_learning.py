@@ -121,7 +121,7 @@ def _train(task, model_dir, objective, steps, learning_rate):
 def test_tiny_model_learns_a_cloze_answered_by_the_context(tmp_path):
   checkpoints.save_params(str(tmp_path / "random" / "params"), init_params(TINY, jax.random.PRNGKey(0)))
   _, before = _evaluate(CLOZE_TASK, tmp_path / "random", tmp_path / "eval_random", "likelihood")
-  _train(CLOZE_TASK, tmp_path / "model", "cross_entropy", steps=150, learning_rate=1e-2)
+  _train(CLOZE_TASK, tmp_path / "model", "cross_entropy", steps=120, learning_rate=1e-2)
   returned, after = _evaluate(CLOZE_TASK, tmp_path / "model", tmp_path / "eval", "likelihood")
 
   # Every colour is the answer equally often, and only the context says which: chance is 0.25.
@@ -138,7 +138,7 @@ def test_tiny_reward_model_learns_a_preference_decided_by_the_context(tmp_path):
   params = reward_lib.init_reward_params(TINY, jax.random.PRNGKey(0))
   checkpoints.save_params(str(tmp_path / "random" / "params"), params)
   _, before = _evaluate(PREFERENCE_TASK, tmp_path / "random", tmp_path / "eval_random", "reward")
-  _train(PREFERENCE_TASK, tmp_path / "model", "pairwise", steps=150, learning_rate=1e-2)
+  _train(PREFERENCE_TASK, tmp_path / "model", "pairwise", steps=120, learning_rate=1e-2)
   returned, after = _evaluate(PREFERENCE_TASK, tmp_path / "model", tmp_path / "eval", "reward")
 
   # Both responses are random words of one length; only the context says which is preferred.
