@@ -1,4 +1,9 @@
-"""Candidate likelihoods: the sum (or per-token mean) of a candidate's token log-probabilities.
+"""Candidate likelihoods: the sum (or per-token mean) of a candidate's scored token log-probabilities.
+
+Which target tokens count is a score mask [B, K, T]: by default every real (non-padding) token,
+EOS included, as t5x scores a target. `span_score_mask` gives T5's span-corruption reading of a
+candidate `<extra_id_0> span <extra_id_1> EOS`: the sentinels and EOS are conditioned on but
+only the span's own tokens are scored (TimeDial §4: "normalised by the span length").
 
 `score_candidates` encodes each context once, computes its cross-attention keys/values once,
 and decodes its K candidates against them in one batch. `score_pairs` is the reference path
@@ -21,19 +26,38 @@ def token_log_likelihoods(logits, target_ids):
   return jnp.where(target_ids > 0, picked, 0.0)
 
 
-def sequence_scores(token_scores, target_ids, length_normalize):
-  total = token_scores.sum(axis=-1)
+def span_score_mask(candidate_ids, first_sentinel_id: int | None):
+  """Which tokens of candidates [..., T] are scored: [..., T] bool.
+
+  A candidate that starts with a sentinel (an id >= `first_sentinel_id`) is in T5's
+  span-corruption form: only the tokens after it and before the next sentinel count. Any other
+  candidate counts every non-padding token. Without sentinels (`first_sentinel_id` None), the
+  non-padding tokens. Works on numpy and jax arrays alike.
+  """
+  real = candidate_ids > 0
+  if first_sentinel_id is None:
+    return real
+  sentinel = candidate_ids >= first_sentinel_id
+  inside_span = (sentinel.cumsum(axis=-1) == 1) & ~sentinel & real
+  return (sentinel[..., :1] & inside_span) | (~sentinel[..., :1] & real)
+
+
+def sequence_scores(token_scores, score_mask, length_normalize):
+  total = jnp.where(score_mask, token_scores, 0.0).sum(axis=-1)
   if not length_normalize:
     return total
-  return total / jnp.maximum((target_ids > 0).sum(axis=-1), 1)
+  return total / jnp.maximum(score_mask.sum(axis=-1), 1)
 
 
 @functools.partial(jax.jit, static_argnames=("config", "length_normalize"))
-def score_candidates(config: T5Config, params, input_ids, candidate_ids, *, length_normalize=True):
+def score_candidates(config: T5Config, params, input_ids, candidate_ids, score_mask=None, *,
+                     length_normalize=True):
   """Scores [B, K] float32 of candidates [B, K, T] given contexts [B, L] (0 = padding everywhere).
 
-  Each candidate holds its target tokens as the caller built them (EOS included if appended).
-  A candidate of all padding scores 0.
+  Each candidate holds its target tokens as the caller built them (EOS included if appended);
+  its score sums (or with `length_normalize` averages) the log-likelihoods of the tokens
+  `score_mask` [B, K, T] marks (default: every non-padding token). A candidate with no scored
+  token scores 0.
   """
   batch, num_candidates, steps = candidate_ids.shape
   model = Transformer(config)
@@ -43,16 +67,19 @@ def score_candidates(config: T5Config, params, input_ids, candidate_ids, *, leng
   rows = candidate_ids.reshape(batch * num_candidates, steps)
   hidden = model.apply(variables, cross_kvs, input_ids > 0, shift_right(rows), method=Transformer.decode_hidden)
   logits = model.apply(variables, hidden, method=Transformer.logits)
-  scores = sequence_scores(token_log_likelihoods(logits, rows), rows, length_normalize)
+  mask = rows > 0 if score_mask is None else score_mask.reshape(rows.shape)
+  scores = sequence_scores(token_log_likelihoods(logits, rows), mask, length_normalize)
   return scores.reshape(batch, num_candidates)
 
 
 @functools.partial(jax.jit, static_argnames=("config", "length_normalize"))
-def score_pairs(config: T5Config, params, input_ids, candidate_ids, *, length_normalize=True):
+def score_pairs(config: T5Config, params, input_ids, candidate_ids, score_mask=None, *,
+                length_normalize=True):
   """The naive reference: the context is repeated and re-encoded for every candidate."""
   batch, num_candidates, steps = candidate_ids.shape
   inputs = jnp.repeat(input_ids, num_candidates, axis=0)
   rows = candidate_ids.reshape(batch * num_candidates, steps)
   logits = Transformer(config).apply({"params": params}, inputs, shift_right(rows))
-  scores = sequence_scores(token_log_likelihoods(logits, rows), rows, length_normalize)
+  mask = rows > 0 if score_mask is None else score_mask.reshape(rows.shape)
+  scores = sequence_scores(token_log_likelihoods(logits, rows), mask, length_normalize)
   return scores.reshape(batch, num_candidates)

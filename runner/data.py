@@ -20,6 +20,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import jax
 import numpy as np
 
+from models import scoring
 from runner import partitioning
 
 # Features that hold tokens; every other feature of an example is metadata for reports.
@@ -92,6 +93,27 @@ def trim_padding(input_ids: np.ndarray, candidate_ids: np.ndarray) -> tuple[np.n
   inputs = bucket_length(used(input_ids), input_ids.shape[-1])
   steps = bucket_length(used(candidate_ids), candidate_ids.shape[-1])
   return input_ids[..., :inputs], candidate_ids[..., :steps]
+
+
+def first_sentinel_id(vocabulary) -> int | None:
+  """The lowest sentinel id (`<extra_id_N>` is vocab_size - 1 - N in seqio's vocabularies), or None."""
+  extra_ids = int(getattr(vocabulary, "extra_ids", 0) or 0)
+  return int(vocabulary.vocab_size) - extra_ids if extra_ids else None
+
+
+def scored_text_lengths(vocabulary, candidate_ids: np.ndarray, score_mask: np.ndarray) -> dict[str, np.ndarray]:
+  """`scored_chars` and `scored_bytes` [..., K]: the length of the text each candidate's scored
+  tokens decode to (EOS and sentinels decode to nothing), as lm-evaluation-harness measures a
+  continuation for acc_norm (characters) and per-byte scores."""
+  eos = vocabulary.eos_id
+  chars = np.zeros(candidate_ids.shape[:-1], np.int32)
+  octets = np.zeros(candidate_ids.shape[:-1], np.int32)
+  for index in np.ndindex(*candidate_ids.shape[:-1]):
+    ids = candidate_ids[index][score_mask[index]]
+    if ids.size:
+      text = vocabulary.decode([int(i) for i in ids if i != eos])
+      chars[index], octets[index] = len(text), len(text.encode("utf-8"))
+  return {"scored_chars": chars, "scored_bytes": octets}
 
 
 def _text(value):
@@ -210,14 +232,21 @@ def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, 
   """Every example of a cloze/preference task exactly once, in the task's order, for evaluation.
 
   Yields (metadata of each real example, batch). Batches have exactly `batch_size` rows (fixed
-  shapes for jit): the last one is padded, and `example_mask` [B] marks the real rows.
+  shapes for jit): the last one is padded, and `example_mask` [B] marks the real rows. Besides
+  `candidate_arrays`' arrays, `score_mask` [B, K, T] marks the tokens a candidate's score sums
+  (`models.scoring.span_score_mask`), and `scored_chars`, `scored_bytes` [B, K] measure the text
+  those tokens decode to, for per-character and per-byte normalisation.
   Metadata holds every non-token feature (id, *_pretokenized texts, candidate_rules, ...).
   """
   task = get_provider(task_name)
+  vocabulary = task.output_features["candidates"].vocabulary
+  first_sentinel = first_sentinel_id(vocabulary)
   dataset = task.get_dataset(dict(feature_lengths), split, use_cached=use_cached, shuffle=False, num_epochs=1)
   for chunk in _chunks(dataset.as_numpy_iterator(), batch_size):
     real = len(chunk)
     arrays = candidate_arrays(chunk, *_lengths(feature_lengths), num_candidates)
+    arrays["score_mask"] = np.asarray(scoring.span_score_mask(arrays["candidate_ids"], first_sentinel))
+    arrays.update(scored_text_lengths(vocabulary, arrays["candidate_ids"], arrays["score_mask"]))
     batch = {name: np.pad(value, [(0, batch_size - real)] + [(0, 0)] * (value.ndim - 1))
              for name, value in arrays.items()}
     batch["example_mask"] = np.arange(batch_size) < real

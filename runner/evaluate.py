@@ -1,7 +1,10 @@
 """Offline evaluation: score every item of a task or mixture, then write predictions, metrics, report.
 
-Each candidate gets its likelihood under the model (`models.scoring.score_candidates`,
-optionally length-normalised) or its reward (`models.reward.reward`). Per item, one JSON line
+Each candidate gets its likelihood under the model (`models.scoring.score_candidates` over the
+tokens its score mask marks, then normalised as NORMALIZATIONS lists) or its reward
+(`models.reward.reward`). A generation task's one candidate is its reference text: its summed
+log-likelihood and token count give the task's loss and perplexity (model selection by
+validation perplexity, as TuringAdvice §5 does). Per item, one JSON line
 (`runner.outputs` format) holds every candidate's score, the prediction, the gold labels and
 the task's metadata. Lines are appended as batches finish, so an interrupted evaluation skips
 the items already written when run again; metrics are computed from the finished file with the
@@ -45,48 +48,89 @@ FINGERPRINT_SAMPLE = 1 << 16
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _likelihood_scorer(config: T5Config, length_normalize: bool):
-  def score(params, inputs, candidates):
-    return scoring.score_candidates(config, params, inputs, candidates, length_normalize=length_normalize)
+# Every normalisation of a likelihood score, by its gin name (NORMALIZATION): fn(summed
+# log-likelihood of the scored tokens [B, K], log-likelihood given an empty context or None,
+# lengths) -> scores [B, K], and what the report calls it. "char" and "byte" are
+# lm-evaluation-harness's acc_norm and per-byte normalisation, "none" its acc, and
+# "mutual_information" its acc_mutual_info (the empty context is the encoder input [EOS]).
+NORMALIZATIONS = {
+    "token": (lambda total, empty, n: total / np.maximum(n["tokens"], 1),
+              "mean log-likelihood per scored token"),
+    "char": (lambda total, empty, n: total / np.maximum(n["scored_chars"], 1),
+             "log-likelihood per character of the scored text (acc_norm)"),
+    "byte": (lambda total, empty, n: total / np.maximum(n["scored_bytes"], 1),
+             "log-likelihood per UTF-8 byte of the scored text"),
+    "none": (lambda total, empty, n: total, "summed log-likelihood of the scored tokens"),
+    "mutual_information": (lambda total, empty, n: total - empty,
+                           "log p(candidate | context) - log p(candidate | empty context)"),
+}
+
+
+def _likelihood_scorer(config: T5Config, normalization: str):
+  normalize, _ = NORMALIZATIONS[normalization]
+
+  def score(params, arrays, lengths):
+    def total(input_ids):
+      return np.asarray(scoring.score_candidates(config, params, input_ids, arrays["candidate_ids"],
+                                                 arrays["score_mask"], length_normalize=False))
+    summed = total(arrays["input_ids"])
+    empty = None
+    if normalization == "mutual_information":
+      empty = total(jax.numpy.ones_like(arrays["input_ids"][:, :1]))  # the context [EOS] alone
+    return {"scores": normalize(summed, empty, lengths), "log_likelihoods": summed,
+            "tokens": lengths["tokens"]}
   return score
 
 
-def _reward_scorer(config: T5Config, length_normalize: bool):
-  del length_normalize  # a reward is one number per response
-  def score(params, inputs, candidates):
+def _reward_scorer(config: T5Config, normalization: str):
+  del normalization  # a reward is one number per response
+  def score(params, arrays, lengths):
+    del lengths
     if reward_lib.HEAD not in params:
       raise ValueError(f"SCORER='reward' needs a reward model; the checkpoint has no "
                        f"'{reward_lib.HEAD}' parameters")
-    return reward_lib.reward(config, params, inputs, candidates)
+    return {"scores": np.asarray(reward_lib.reward(config, params, arrays["input_ids"],
+                                                   arrays["candidate_ids"]))}
   return score
 
 
-# Every scorer, by its gin name (SCORER): make(config, length_normalize) -> fn(params, input_ids
-# [B, L], candidate_ids [B, K, T]) -> scores [B, K]. Adding one is adding an entry.
+# Every scorer, by its gin name (SCORER): make(config, normalization) -> fn(params, arrays,
+# lengths) -> {"scores": [B, K], and per-candidate extras for predictions.jsonl}. `arrays` holds
+# input_ids [B, L], candidate_ids [B, K, T] and score_mask [B, K, T] (on the mesh); `lengths`
+# the host's tokens, scored_chars and scored_bytes [B, K]. Adding one is adding an entry.
 SCORERS = {"likelihood": _likelihood_scorer, "reward": _reward_scorer}
 
 
-def make_score_fn(config: T5Config, scorer: str, length_normalize: bool, mesh=None,
-                  rules=partitioning.STANDARD_LOGICAL_AXIS_RULES):
-  """fn(params, input_ids [B, L], candidate_ids [B, K, T]) -> scores [B, K] (numpy), run on `mesh`."""
+def check_scoring(scorer: str, normalization: str) -> None:
   if scorer not in SCORERS:
     raise ValueError(f"SCORER must be one of {sorted(SCORERS)}, got {scorer!r}")
-  score = SCORERS[scorer](config, length_normalize)
-  if mesh is None:
-    return lambda params, inputs, candidates: np.asarray(score(params, inputs, candidates))
+  if normalization not in NORMALIZATIONS:
+    raise ValueError(f"NORMALIZATION must be one of {sorted(NORMALIZATIONS)}, got {normalization!r}")
 
-  def score_on_mesh(params, inputs, candidates):
+
+def make_score_fn(config: T5Config, scorer: str, normalization: str = "token", mesh=None,
+                  rules=partitioning.STANDARD_LOGICAL_AXIS_RULES):
+  """fn(params, arrays, lengths) -> {"scores": [B, K], ...} (numpy), run on `mesh` (see SCORERS)."""
+  check_scoring(scorer, normalization)
+  score = SCORERS[scorer](config, normalization)
+  if mesh is None:
+    return score
+
+  def score_on_mesh(params, arrays, lengths):
     with partitioning.activate(mesh, rules):
-      return np.asarray(score(params, inputs, candidates))
+      return score(params, arrays, lengths)
   return score_on_mesh
 
 
-def item_record(task: str, item_id: str, metadata: dict, scores, labels, mask) -> dict:
-  """One predictions.jsonl line: scores and gold of the item's real candidates, its metadata."""
+def item_record(task: str, item_id: str, metadata: dict, scores, labels, mask, extras=None) -> dict:
+  """One predictions.jsonl line: scores and gold of the item's real candidates, its metadata, and
+  `extras` ({name: per-candidate values}, e.g. log_likelihoods and tokens)."""
   count = int(np.sum(mask))
   scores = [float(s) for s in scores[:count]]
   record = {"task": task, "id": item_id, "scores": scores, "prediction": int(np.argmax(scores)),
             "gold": [int(y) for y in labels[:count]]}
+  for name, values in (extras or {}).items():
+    record[name] = [v.item() if hasattr(v, "item") else v for v in values[:count]]
   return {**record, **{k: v for k, v in metadata.items() if k not in record}}
 
 
@@ -123,18 +167,21 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
     if not any(todo):
       progress.advance(len(metadata))
       continue
-    arrays = dict(zip(("input_ids", "candidate_ids"),
-                      data.trim_padding(batch["input_ids"], batch["candidate_ids"])))
+    input_ids, candidate_ids = data.trim_padding(batch["input_ids"], batch["candidate_ids"])
+    arrays = {"input_ids": input_ids, "candidate_ids": candidate_ids,
+              "score_mask": batch["score_mask"][..., :candidate_ids.shape[-1]]}
+    lengths = {"tokens": batch["score_mask"].sum(-1), "scored_chars": batch["scored_chars"],
+               "scored_bytes": batch["scored_bytes"]}
     if mesh is not None:
       arrays = jax.device_put(arrays, partitioning.batch_sharding(mesh, rules))
-    scores = score_fn(params, arrays["input_ids"], arrays["candidate_ids"])
+    scored = score_fn(params, arrays, lengths)
     for i, item in enumerate(metadata):
       if todo[i]:
-        appender.write(item_record(task_name, ids[i], item, scores[i], batch["candidate_labels"][i],
-                                   batch["candidate_mask"][i]))
+        extras = {name: values[i] for name, values in scored.items() if name != "scores"}
+        appender.write(item_record(task_name, ids[i], item, scored["scores"][i],
+                                   batch["candidate_labels"][i], batch["candidate_mask"][i], extras))
         written += 1
-    progress.advance(len(metadata), int(np.count_nonzero(arrays["input_ids"]))
-                     + int(np.count_nonzero(arrays["candidate_ids"])))
+    progress.advance(len(metadata), int(np.count_nonzero(input_ids)) + int(np.count_nonzero(candidate_ids)))
     if progress.seconds_since_report() >= progress_every_s:
       progress.report()
   if progress.done:
@@ -236,11 +283,12 @@ def _vocabulary(tasks) -> dict:
 
 
 def provenance(*, mixture_or_task_name, split, checkpoint_path, config: T5Config, params, tasks,
-               task_feature_lengths, scorer, length_normalize) -> dict:
+               task_feature_lengths, scorer, normalization) -> dict:
   """What produced an evaluation's numbers (the module docstring lists it), as JSON reads it back
   (tuples as lists), so that it compares equal to a recorded one."""
   record = {"mixture_or_task_name": mixture_or_task_name, "split": split, "scorer": scorer,
-            "length_normalize": bool(length_normalize), "checkpoint_path": os.path.abspath(checkpoint_path),
+            "normalization": normalization if scorer == "likelihood" else None,
+            "checkpoint_path": os.path.abspath(checkpoint_path),
             "checkpoint_step": checkpoint_step(checkpoint_path),
             "params_fingerprint": params_fingerprint(params), "model_config": dataclasses.asdict(config),
             "task_feature_lengths": dict(task_feature_lengths), "vocabulary": _vocabulary(tasks),
@@ -291,7 +339,7 @@ def _notes(settings: dict) -> list[str]:
 
 
 def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path: str, output_dir: str,
-             batch_size: int = 32, split: str = "test", length_normalize: bool = True,
+             batch_size: int = 32, split: str = "test", normalization: str = "token",
              scorer: str = "likelihood", model_config: T5Config | None = None, mesh_shape=(-1, 1),
              logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached_tasks=False,
              run_config: str | None = None) -> dict:
@@ -304,8 +352,7 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   scoring call inside the mesh and the rules. `run_config` (the gin configuration's text) is
   written to `output_dir/config.gin`. scripts/evaluate.py calls it through gin (gin/runs/eval.gin).
   """
-  if scorer not in SCORERS:
-    raise ValueError(f"SCORER must be one of {sorted(SCORERS)}, got {scorer!r}")
+  check_scoring(scorer, normalization)
   if jax.process_count() > 1:
     raise ValueError("offline evaluation runs on one host; start it on a single process")
   mesh = partitioning.create_mesh(*mesh_shape, devices=jax.local_devices())
@@ -319,14 +366,14 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   settings = provenance(mixture_or_task_name=mixture_or_task_name, split=split,
                         checkpoint_path=checkpoint_path, config=config, params=params, tasks=tasks,
                         task_feature_lengths=task_feature_lengths, scorer=scorer,
-                        length_normalize=length_normalize)
+                        normalization=normalization)
   os.makedirs(output_dir, exist_ok=True)
   _check_settings(output_dir, settings)
   if run_config is not None:
     outputs.write_run_config(output_dir, run_config)
   notes = _notes(settings)
   print("\n".join(notes), flush=True)
-  score_fn = make_score_fn(config, scorer, length_normalize, mesh, rules)
+  score_fn = make_score_fn(config, scorer, normalization, mesh, rules)
   stopping = "finishing the batch being scored, then stopping"
   with outputs.PredictionsAppender(output_dir) as appender, \
       checkpoints.PreemptionGuard(stopping=stopping) as guard:
@@ -352,7 +399,8 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   counts = report.Table("Items scored", ("task", "items"),
                         [(task.name, len(by_task.get(task.name, []))) for task in tasks])
   notes = [f"{mixture_or_task_name}, split {split!r}, scorer {scorer}"
-           + (", length-normalised" if scorer == "likelihood" and length_normalize else "")] + notes
+           + (f", normalisation {normalization!r}: {NORMALIZATIONS[normalization][1]}"
+              if scorer == "likelihood" else "")] + notes
   html_path = report.write_report(output_dir, title=f"Evaluation of {mixture_or_task_name}",
                                   metrics=metrics, tables=[counts], notes=notes)
   print(f"wrote {path}, {os.path.join(output_dir, outputs.METRICS_FILE)} and {html_path}", flush=True)

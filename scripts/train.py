@@ -190,10 +190,11 @@ MACRO_KINDS = {
     **dict.fromkeys(("DROPOUT_RATE", "TOP_P"), (_fraction, "a number from 0 to 1")),
     **dict.fromkeys(("MODEL_DIR", "CHECKPOINT_PATH", "EVAL_OUTPUT_DIR", "INFER_OUTPUT_FILE",
                      "MIXTURE_OR_TASK_NAME", "OBJECTIVE", "OPTIMIZER", "SCHEDULE", "SPLIT", "SCORER",
+                     "NORMALIZATION",
                      "ACTIVATION_DTYPE"), (_text, "a string in quotes, e.g. --gin.NAME=\"'text'\"")),
     **dict.fromkeys(("INITIAL_CHECKPOINT_PATH", "REWARD_CHECKPOINT_PATH", "INPUT_FILE"),
                     (_text_or_none, "a string in quotes (a path) or None")),
-    **dict.fromkeys(("USE_CACHED_TASKS", "LENGTH_NORMALIZE"), (_flag, "True or False")),
+    **dict.fromkeys(("USE_CACHED_TASKS",), (_flag, "True or False")),
     "MULTI_HOST": (_flag_or_none, "True, False or None"),
     "TASK_FEATURE_LENGTHS": (_lengths, "a dict of positive lengths with 'inputs' and 'targets', "
                                        "e.g. {'inputs': 512, 'targets': 128}"),

@@ -213,3 +213,29 @@ def preference_metric_fn(targets, scores) -> dict[str, float]:
   if len(set(margins.tolist())) > 1:
     out.update(_flatten("spearman", spearman(good - bad, margins)))
   return out
+
+
+def _pooled_mean(values, weights, axis=-1):
+  return values.sum(axis=axis) / weights.sum(axis=axis)
+
+
+def perplexity_metric_fn(targets, scores) -> dict[str, float]:
+  """seqio score metric of a generation task: the reference targets' loss (mean negative
+  log-likelihood per target token, EOS included, pooled over every token of the split) and
+  perplexity = exp(loss), with 95% bootstrap intervals over items.
+
+  Reads the summed `log_likelihoods` and `tokens` of each item's candidates (its references),
+  which runner/evaluate.py records with the likelihood scorer; `scores` (normalised) are unused.
+  TuringAdvice §5 chooses epochs and learning rates by this validation perplexity.
+  """
+  del scores
+  if not targets or any("log_likelihoods" not in t or "tokens" not in t for t in targets):
+    raise ValueError("perplexity needs each item's log_likelihoods and tokens (the likelihood "
+                     "scorer records them); a reward model has no perplexity")
+  nll = np.asarray([-sum(t["log_likelihoods"]) for t in targets], np.float64)
+  tokens = np.asarray([sum(t["tokens"]) for t in targets], np.float64)
+  loss = float(_pooled_mean(nll, tokens))
+  low, high = _bootstrap(_pooled_mean, nll, tokens, num_bootstrap=NUM_BOOTSTRAP, seed=0, paired=True)
+  out = _flatten("loss", Estimate(loss, low, high))
+  out.update(_flatten("perplexity", Estimate(math.exp(loss), math.exp(low), math.exp(high))))
+  return out

@@ -6,7 +6,7 @@ import torch
 
 from models.checkpoint_import import load_hf_t5
 from models.network import Transformer, shift_right
-from models.scoring import score_candidates, score_pairs
+from models.scoring import score_candidates, score_pairs, span_score_mask
 from tests.models.hf_reference import hf_candidate_scores, make_hf_t5, random_ids
 
 TOL = 1e-4
@@ -82,3 +82,62 @@ def test_tied_embeddings_match_hf(tmp_path):
     expected = hf_model(input_ids=inputs, attention_mask=inputs > 0,
                         decoder_input_ids=torch.tensor(np.asarray(shift_right(target_ids)), dtype=torch.long)).logits
   np.testing.assert_allclose(np.asarray(logits), expected.numpy(), atol=TOL, rtol=0)
+
+
+def test_span_corruption_scores_only_the_span_tokens(hf_and_ours):
+  """A candidate `<extra_id_0> span <extra_id_1> EOS` (T5's span-corruption target) is scored on
+  its span's tokens only; the sentinels and EOS are conditioned on. Checked against HF logits."""
+  hf_model, config, params = hf_and_ours
+  first_sentinel = config.vocab_size - 10  # the top 10 ids play <extra_id_9> ... <extra_id_0>
+  s0, s1 = config.vocab_size - 1, config.vocab_size - 2
+  rng = np.random.default_rng(3)
+  input_ids = random_ids(rng, (2, 12), first_sentinel, pad_from=[12, 7])
+  input_ids[:, 3] = s0  # the masked span's place in the context
+  spans = [[5, 9, 11], [7], [20, 4], [13, 13, 13, 2]]
+  candidates = np.zeros((2, 4, 8), np.int32)
+  for b in range(2):
+    for k, span in enumerate(spans[::1 if b == 0 else -1]):
+      row = [s0, *span, s1, 1]
+      candidates[b, k, :len(row)] = row
+  mask = np.asarray(span_score_mask(candidates, first_sentinel))
+  totals, means = (np.asarray(score_candidates(config, params, input_ids, candidates, mask,
+                                               length_normalize=normalize)) for normalize in (False, True))
+  with torch.inference_mode():
+    for b in range(2):
+      for k in range(4):
+        target = torch.tensor(candidates[b, k][None].astype(np.int64))
+        inputs = torch.tensor(input_ids[b][None].astype(np.int64))
+        decoder_input = torch.cat([torch.zeros((1, 1), dtype=torch.long), target[:, :-1]], dim=1)
+        logits = hf_model(input_ids=inputs, attention_mask=inputs > 0, decoder_input_ids=decoder_input).logits
+        token_scores = torch.log_softmax(logits.double(), -1)[0, torch.arange(8), target[0]].numpy()
+        span_length = len(spans[k if b == 0 else 3 - k])
+        assert mask[b, k].tolist() == [0 < t <= span_length for t in range(8)]
+        total = token_scores[1:1 + span_length].sum()  # positions 1..span: after <extra_id_0>
+        assert abs(totals[b, k] - total) < TOL and abs(means[b, k] - total / span_length) < TOL, (b, k)
+  # A candidate without a leading sentinel keeps every real token, EOS included.
+  plain = np.asarray([[[5, 9, 1, 0]]])
+  assert np.asarray(span_score_mask(plain, first_sentinel)).tolist() == [[[True, True, True, False]]]
+  assert np.asarray(span_score_mask(plain, None)).tolist() == [[[True, True, True, False]]]
+
+
+def test_every_normalisation_matches_hf(hf_and_ours):
+  """Evaluation's likelihood scorer under each NORMALIZATION, against sums from HF logits divided
+  by the lengths it is given (or minus the HF sums given the context [EOS] alone)."""
+  from runner import evaluate  # pylint: disable=g-import-not-at-top
+  hf_model, config, params = hf_and_ours
+  rng = np.random.default_rng(4)
+  input_ids = random_ids(rng, (2, 10), config.vocab_size, pad_from=[10, 4])
+  candidates = np.stack([random_ids(rng, (3, 6), config.vocab_size, pad_from=[6, 2, 4]),
+                         random_ids(rng, (3, 6), config.vocab_size, pad_from=[3, 5, 1])])
+  arrays = {"input_ids": input_ids, "candidate_ids": candidates, "score_mask": candidates > 0}
+  lengths = {"tokens": (candidates > 0).sum(-1), "scored_chars": rng.integers(1, 30, (2, 3)),
+             "scored_bytes": rng.integers(1, 40, (2, 3))}
+  totals = hf_candidate_scores(hf_model, input_ids, candidates, False)
+  empty = hf_candidate_scores(hf_model, np.ones((2, 1), np.int32), candidates, False)
+  expected = {"none": totals, "token": totals / lengths["tokens"], "char": totals / lengths["scored_chars"],
+              "byte": totals / lengths["scored_bytes"], "mutual_information": totals - empty}
+  assert set(expected) == set(evaluate.NORMALIZATIONS)
+  for name, reference in expected.items():
+    scored = evaluate.make_score_fn(config, "likelihood", name)(params, arrays, lengths)
+    np.testing.assert_allclose(scored["scores"], reference, atol=TOL, rtol=0, err_msg=name)
+    np.testing.assert_allclose(scored["log_likelihoods"], totals, atol=TOL, rtol=0)

@@ -5,6 +5,7 @@ import pytest
 seqio = pytest.importorskip("seqio")
 tf = pytest.importorskip("tensorflow")
 
+from models import scoring  # pylint: disable=g-import-not-at-top
 from runner import data  # pylint: disable=g-import-not-at-top
 
 TASK = "runner_test_synthetic_cloze"
@@ -129,3 +130,18 @@ def test_trim_padding_keeps_every_real_token_in_power_of_two_buckets():
   assert [data.bucket_length(n, 100) for n in (1, 8, 9, 33, 64, 65)] == [8, 8, 16, 64, 64, 100]
   full = np.ones((1, 20), np.int32)  # a full row keeps its length even off the buckets
   assert data.trim_padding(full, np.ones((1, 1, 5), np.int32))[0].shape == (1, 20)
+
+
+def test_scored_text_lengths_count_characters_and_bytes_of_the_scored_tokens():
+  vocabulary = seqio.ByteVocabulary(extra_ids=10)
+  first_sentinel = data.first_sentinel_id(vocabulary)
+  assert first_sentinel == vocabulary.vocab_size - 10
+  s0, s1 = vocabulary.vocab_size - 1, vocabulary.vocab_size - 2
+  span = vocabulary.encode("héllo")  # 5 characters, 6 bytes
+  candidates = np.zeros((1, 2, 10), np.int32)
+  candidates[0, 0, :len(span) + 3] = [s0, *span, s1, 1]
+  candidates[0, 1, :4] = [*vocabulary.encode("abc"), 1]
+  mask = scoring.span_score_mask(candidates, first_sentinel)
+  lengths = data.scored_text_lengths(vocabulary, candidates, np.asarray(mask))
+  assert lengths["scored_chars"].tolist() == [[5, 3]] and lengths["scored_bytes"].tolist() == [[6, 3]]
+  assert data.first_sentinel_id(seqio.ByteVocabulary()) is None

@@ -77,6 +77,18 @@ def _in_batches(score_fn, arrays):
   return np.concatenate(scores)[:len(arrays["input_ids"])]
 
 
+def _span_mask(candidates, first_sentinel):
+  """Loop by loop: a candidate `<extra_id_0> span <extra_id_1> ...` scores its span's tokens only,
+  any other candidate every non-padding token."""
+  mask = candidates > 0
+  for index in np.ndindex(*candidates.shape[:-1]):
+    row = candidates[index]
+    if first_sentinel is not None and row[0] >= first_sentinel:
+      closing = next(t for t in range(1, len(row)) if row[t] >= first_sentinel)
+      mask[index] = [0 < t < closing for t in range(len(row))]
+  return mask
+
+
 def _by_task(records):
   out = {}
   for r in records:
@@ -107,7 +119,10 @@ def test_scores_equal_score_candidates_computed_directly(uninterrupted, checkpoi
   params = checkpoints.load_params(checkpoint, CONFIG)[1]
   for task in _scored_tasks():
     examples, arrays = _task_arrays(task.name)
-    expected = _in_batches(lambda x, c: scoring.score_candidates(CONFIG, params, x, c), arrays)
+    vocabulary = task.output_features["candidates"].vocabulary
+    first_sentinel = vocabulary.vocab_size - vocabulary.extra_ids if vocabulary.extra_ids else None
+    expected = _in_batches(lambda x, c: scoring.score_candidates(
+        CONFIG, params, x, c, _span_mask(c, first_sentinel)), arrays)
     records = by_task[task.name]
     for i, (record, example) in enumerate(zip(records, examples)):
       count = int(arrays["candidate_mask"][i].sum())
@@ -184,8 +199,8 @@ def test_reward_scorer_needs_a_reward_head(checkpoint, tmp_path):
 
 def test_refuses_to_resume_with_other_settings(uninterrupted, checkpoint):
   with pytest.raises(ValueError, match=r"holds predictions of another evaluation; fields that differ "
-                                       r"from .*evaluation.json: length_normalize \("):
-    _run(checkpoint, uninterrupted, length_normalize=False)
+                                       r"from .*evaluation.json: normalization \("):
+    _run(checkpoint, uninterrupted, normalization="none")
 
 
 def test_rejects_unknown_scorer_and_missing_config(tmp_path):
@@ -225,7 +240,7 @@ def test_eval_gin_runs_evaluate_with_the_model_file(gin_config, tmp_path):
   assert list(metrics) == ["heap_advice_helpfulness"]
   assert outputs.read_metrics(str(tmp_path / "out")) == metrics
   settings = json.loads((tmp_path / "out" / evaluate.SETTINGS_FILE).read_text())
-  assert settings["scorer"] == "likelihood" and settings["length_normalize"] is True
+  assert settings["scorer"] == "likelihood" and settings["normalization"] == "token"
 
 
 def test_repeated_ids_are_numbered_so_resuming_can_tell_items_apart(tmp_path, monkeypatch):
@@ -233,11 +248,13 @@ def test_repeated_ids_are_numbered_so_resuming_can_tell_items_apart(tmp_path, mo
     del args, kwargs
     for labels in ([1, 0], [0, 1]):
       batch = {"input_ids": np.full((1, 4), 5, np.int32), "candidate_ids": np.full((1, 2, 3), 6, np.int32),
-               "candidate_labels": np.asarray([labels], np.int32), "candidate_mask": np.ones((1, 2), bool)}
+               "candidate_labels": np.asarray([labels], np.int32), "candidate_mask": np.ones((1, 2), bool),
+               "score_mask": np.ones((1, 2, 3), bool), "scored_chars": np.full((1, 2), 3),
+               "scored_bytes": np.full((1, 2), 3)}
       yield [{"id": "post"}], batch
   monkeypatch.setattr(evaluate.data, "candidate_batches", two_batches)
   with outputs.PredictionsAppender(str(tmp_path)) as appender:
-    evaluate.score_task("t", SPLIT, LENGTHS, 1, lambda p, x, c: np.asarray([[0.5, 0.25]]), None, appender)
+    evaluate.score_task("t", SPLIT, LENGTHS, 1, lambda p, arrays, lengths: {"scores": np.asarray([[0.5, 0.25]])}, None, appender)
   records = outputs.read_predictions(str(tmp_path / outputs.PREDICTIONS_FILE))
   assert [(r["id"], r["gold"], r["prediction"]) for r in records] == [
       ("post", [1, 0], 0), ("post#1", [0, 1], 0)]

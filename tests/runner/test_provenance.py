@@ -57,7 +57,7 @@ def test_evaluating_a_later_checkpoint_into_the_same_directory_is_refused(tmp_pa
   assert provenance["model_config"]["emb_dim"] == TINY.emb_dim
   assert provenance["vocabulary"] == {"class": "ByteVocabulary", "size": 259, "model_file": None}
   assert provenance["data"][TASK]["files"] == [dict(files[0])]
-  assert provenance["scorer"] == "likelihood" and provenance["length_normalize"] is True
+  assert provenance["scorer"] == "likelihood" and provenance["normalization"] == "token"
   assert "at step 2" in (out / "report.html").read_text()
   assert f"{len(situations)} records read, 0 skipped" in (out / "report.html").read_text()
 

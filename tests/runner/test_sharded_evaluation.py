@@ -40,7 +40,7 @@ def test_evaluation_on_a_2x4_mesh_shards_the_model_and_matches_one_device(run_py
       single = jax.device_put(jax.device_get(params), jax.devices()[0])
       with outputs.PredictionsAppender("single") as appender:
         evaluate.score_task("asq_intent_cloze", "test", lengths, 8,
-                            evaluate.make_score_fn(config, "likelihood", True), single, appender)
+                            evaluate.make_score_fn(config, "likelihood"), single, appender)
       print("scored", len(outputs.read_predictions("sharded/predictions.jsonl")))
       """, devices=8)
   inside, outside = map(int, out.split("constraints ")[1].split()[:2])
