@@ -145,8 +145,8 @@ def candidate_targets(output, example=None, is_target=False):
   def text(value):
     return value.decode("utf-8") if isinstance(value, bytes) else value
   out = {k: text(example[k]) for k in ("id", "pair_type", "pair_groups") if k in example}
-  out.update({k: list(example[k]) for k in ("candidate_labels", "candidate_scores")
-              if k in example})
+  out.update({k: list(example[k]) for k in ("candidate_labels", "candidate_scores",
+                                             "log_likelihoods", "tokens") if k in example})
   if "candidate_rules" in example:
     out["candidate_rules"] = [text(rule) for rule in example["candidate_rules"]]
   return out
