@@ -145,6 +145,14 @@ def test_metrics_match_the_task_metrics_on_the_records(uninterrupted):
   asq = records["asq_intent_cloze"]
   pair_types = {r["pair_type"] for r in asq} - {""}
   assert pair_types and {f"accuracy/{p}" for p in pair_types} <= set(metrics["asq_intent_cloze"])
+  # A generation task is scored on its references: the pooled loss per token and its perplexity.
+  advice = records["turingadvice_generation"]
+  tokens = sum(t for r in advice for t in r["tokens"])
+  loss = -sum(ll for r in advice for ll in r["log_likelihoods"]) / tokens
+  # Each reference's bytes, cut to leave room for EOS in the targets length, and EOS.
+  assert tokens == sum(min(len(r["targets_pretokenized"].encode()), LENGTHS["targets"] - 1) + 1 for r in advice)
+  assert metrics["turingadvice_generation"]["loss"]["value"] == pytest.approx(loss, rel=1e-6)
+  assert metrics["turingadvice_generation"]["perplexity"]["value"] == pytest.approx(np.exp(loss), rel=1e-6)
   for by_name in metrics.values():
     for entry in by_name.values():
       assert entry["low"] <= entry["value"] <= entry["high"]
