@@ -67,11 +67,11 @@ def _model_evaluation(task_name, split, files, replayed: list[dict], out: pathli
   gin.bind_parameter(run_baseline.DATA_FILES, files)
   scores = iter(r["scores"] for r in replayed)
 
-  def replay(params, input_ids, candidate_ids):
-    del params, input_ids
+  def replay(params, arrays, lengths):
+    del params, lengths
     item_scores = next(scores)
-    assert candidate_ids.shape[:2] == (1, len(item_scores))
-    return np.asarray([item_scores])
+    assert arrays["candidate_ids"].shape[:2] == (1, len(item_scores))
+    return {"scores": np.asarray([item_scores])}
   with outputs.PredictionsAppender(str(out)) as appender:
     evaluate.score_task(task_name, split, FEATURE_LENGTHS, 1, replay, None, appender)
     path = appender.path
