@@ -101,14 +101,30 @@ def _gin_reason(error: Exception) -> str:
 _MACRO_BINDING = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")  # `NAME = value`, not `fn.param = value`
 
 
-def unread_macros(gin_bindings) -> list[str]:
-  """Macros set by `NAME = value` bindings that no `%NAME` of the parsed configuration reads."""
+def read_macros() -> set[str]:
+  """The macros some `%NAME` of the parsed configuration reads."""
   from gin import config as gin_config  # pylint: disable=g-import-not-at-top  # gin's parsed state
-  read = {ref.scoped_selector.rsplit("/", 1)[0]
+  return {ref.scoped_selector.rsplit("/", 1)[0]
           for ref in gin_config.iterate_references(gin_config._CONFIG)  # pylint: disable=protected-access
           if ref.selector == "gin.macro"}
+
+
+def unread_macros(gin_bindings) -> list[str]:
+  """Macros set by `NAME = value` bindings that no `%NAME` of the parsed configuration reads."""
   bound = [match.group(1) for match in map(_MACRO_BINDING.match, gin_bindings) if match]
-  return sorted(set(bound) - read)
+  return sorted(set(bound) - read_macros())
+
+
+def check_required_macros() -> None:
+  """Refuses a macro the configuration reads but leaves at `%gin.REQUIRED` (gin would pass its
+  placeholder object on, to fail far away as a TypeError), naming the flag that sets it."""
+  required = sorted(name for name, value in macro_bindings().items()
+                    if isinstance(value, gin.config.ConfigurableReference)
+                    and value.scoped_selector == "gin.REQUIRED/gin.constant" and name in read_macros())
+  if required:
+    raise ValueError(f"{', '.join(required)} must be set (the gin files leave "
+                     f"{'it' if len(required) == 1 else 'them'} %gin.REQUIRED): add "
+                     + " ".join(f"--gin.{name}=..." for name in required))
 
 
 def check_macros(gin_bindings, strict: bool) -> None:
@@ -248,6 +264,7 @@ def start(argv: Sequence[str]) -> None:
   parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
   check_macros(flags.FLAGS.gin_bindings, flags.FLAGS.strict_gin)
   check_macro_references(flags.FLAGS.gin_bindings)
+  check_required_macros()
   check_macro_kinds()
 
 

@@ -246,3 +246,12 @@ def test_a_diverged_run_ends_in_one_line(monkeypatch, tmp_path):
   code, stderr, _ = run_command(train_script.main, TRAIN_FILES,
                                 [*SMALL, f"--gin.MODEL_DIR='{tmp_path / 'run'}'", "--gin.LEARNING_RATE=1e30"])
   assert code == 1 and _error_paragraph(stderr).startswith("error: loss nan") and "Traceback" not in stderr
+
+
+def test_a_required_macro_left_unset_is_named():
+  """gin/runs/finetune.gin leaves MODEL_DIR %gin.REQUIRED; without quickstart.gin nothing sets it."""
+  files = ("gin/models/t5_1_1/tiny.gin", "gin/runs/finetune.gin", "gin/mixtures/quickstart.gin")
+  code, stderr, _ = run_command(train_script.main, files, ("--gin.TRAIN_STEPS=1",))
+  assert code == 1 and "Traceback" not in stderr, stderr[-3000:]
+  assert _error_paragraph(stderr) == ("error: MODEL_DIR must be set (the gin files leave it "
+                                      "%gin.REQUIRED): add --gin.MODEL_DIR=..."), stderr[-3000:]
