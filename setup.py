@@ -24,6 +24,8 @@ setuptools.setup(
         "scikit-learn",
         "matplotlib",
         "safetensors",  # Hugging Face checkpoints in and out (never pickle)
+        "rouge-score",  # ROUGE as a judge in the agreement analysis (summarize-from-feedback G.7)
+        "nltk",  # rouge-score's tokenizer and stemmer import it
     ],
     extras_require={
         "test": [

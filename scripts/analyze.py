@@ -40,7 +40,8 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
                       "agreement: summarize_feedback, turingadvice, or heap:<criterion> (its source file).",
                       flag_values=fv)
   flags.DEFINE_multi_string("length_controlled", [],
-                            "agreement: A,B pairs of systems to compare at equal length (repeatable).",
+                            "agreement: A,B pairs of systems to compare at equal length (repeatable); by "
+                            "default each system against the human one (policy 'ref', or the top Reddit advice).",
                             flag_values=fv)
   flags.DEFINE_string("out", None, "Output directory for analysis.json and report.html.", flag_values=fv)
   flags.DEFINE_integer("seed", 0, "Bootstrap seed.", flag_values=fv)
@@ -147,6 +148,7 @@ def analyze_asq(args):
 
 
 def _comparison_items(args):
+  """The comparisons as `CandidateItem`s, and the summarize-from-feedback records (else None)."""
   # pylint: disable=g-import-not-at-top
   from t5_tasks.baselines import preference_heuristics
   from t5_tasks.sources import heap
@@ -156,44 +158,94 @@ def _comparison_items(args):
   if not path:
     raise app.UsageError("agreement needs --comparisons")
   if fmt == "summarize_feedback":
-    return preference_heuristics.items_from_summary_comparisons(summarize_feedback.read_comparisons(path)[0])
+    comparisons = summarize_feedback.read_comparisons(path)[0]
+    return preference_heuristics.items_from_summary_comparisons(comparisons), comparisons
   if fmt == "turingadvice":
-    return preference_heuristics.items_from_turingadvice(turingadvice.read_turingadvice_eval(path)[0])
+    return preference_heuristics.items_from_turingadvice(turingadvice.read_turingadvice_eval(path)[0]), None
   if fmt.startswith("heap:") and fmt[5:] in heap.HEAP_CRITERIA:
-    return preference_heuristics.items_from_heap(heap.read_heap_comparisons(fmt[5:], path)[0], fmt[5:])
+    return preference_heuristics.items_from_heap(heap.read_heap_comparisons(fmt[5:], path)[0], fmt[5:]), None
   raise app.UsageError(f"unknown --comparison_format {fmt!r}")
+
+
+def _length_control_pairs(args, items) -> list[tuple[str, str]]:
+  """--length_controlled, else each system against the human-written one (appendix F, Fig. 10a)."""
+  from t5_tasks.analysis import agreement  # pylint: disable=g-import-not-at-top
+  from t5_tasks.baselines import preference_heuristics  # pylint: disable=g-import-not-at-top
+  if args.length_controlled:
+    pairs = [tuple(p.split(",")) for p in args.length_controlled]
+    bad = [",".join(p) for p in pairs if len(p) != 2]
+    if bad:
+      raise app.UsageError(f"--length_controlled takes A,B; got {bad[0]!r}")
+    return pairs
+  human = {"turingadvice": preference_heuristics.REDDIT_ADVICE,
+           "summarize_feedback": agreement.REFERENCE_POLICY}.get(args.comparison_format)
+  systems = dict.fromkeys(s for it in items for s in it.metadata.get("systems", ()))
+  return [(s, human) for s in systems if s != human] if human in systems else []
 
 
 def analyze_agreement(args):
   from t5_tasks.analysis import agreement  # pylint: disable=g-import-not-at-top
-  from t5_tasks.baselines import preference_heuristics  # pylint: disable=g-import-not-at-top
-  items = _comparison_items(args)
+  items, comparisons = _comparison_items(args)
   judges = agreement.heuristic_scores(items)
+  notes = []
+  if comparisons is not None:
+    references = agreement.reference_summaries(comparisons)
+    rouge = agreement.rouge_scores(items, [references.get(c.id) for c in comparisons])
+    if rouge["n_judged"]:
+      judges["ROUGE"] = rouge["scores"]
+    notes.append(f"ROUGE (mean F1 of {', '.join(agreement.ROUGE_TYPES)} against the post's reference summary, "
+                 f"policy {agreement.REFERENCE_POLICY!r}) judged {rouge['n_judged']} of {len(items)} comparisons; "
+                 f"left out: {rouge['n_without_reference']} whose post has no reference summary, "
+                 f"{rouge['n_reference_is_a_candidate']} in which the reference is one of the two summaries")
+  else:
+    rouge = None
+    notes.append(f"ROUGE: --comparison_format={args.comparison_format} has no reference summaries, so no ROUGE judge")
   for name, predictions in _named_predictions(args).items():
     judges[name] = agreement.scores_from_predictions(items, predictions, name)
   rates = agreement.agreement_rates(judges, seed=args.seed)
-  names = list(rates["between"])
-  pairs = [tuple(p.split(",")) for p in args.length_controlled]
-  if not pairs and args.comparison_format == "turingadvice":
-    systems = dict.fromkeys(s for it in items for s in it.metadata["systems"])
-    reddit = preference_heuristics.REDDIT_ADVICE
-    pairs = [(s, reddit) for s in systems if s != reddit]
-  controlled = [agreement.length_controlled_preference(items, a, b, seed=args.seed) for a, b in pairs]
-  result = {"n_comparisons": len(items), "agreement": rates, "length_controlled": controlled}
+  labelers = agreement.labeler_agreement(comparisons, seed=args.seed) if comparisons is not None else None
+  if labelers is not None and labelers["rate"] is None:
+    notes.append(f"labelers: no comparison was labelled by two different workers "
+                 f"({labelers['n_labels_without_worker']} labels name no worker)")
+  elif labelers is None:
+    notes.append(f"labelers: --comparison_format={args.comparison_format} names no workers")
+  pairs = _length_control_pairs(args, items)
+  controlled = None
+  if pairs:
+    try:
+      controlled = agreement.length_controlled_preferences(items, pairs, seed=args.seed)
+    except ValueError as e:
+      if args.length_controlled:
+        raise app.UsageError(f"--length_controlled: {e}") from e
+      notes.append(f"{e}; no length-controlled preferences")
+  result = {"n_comparisons": len(items), "agreement": rates, "labeler_agreement": labelers,
+            "rouge": rouge and {k: v for k, v in rouge.items() if k != "scores"},
+            "length_controlled": controlled, "notes": notes}
   se = lambda e: f"{e['value']:.3f} ± {e['se']:.3f}"
+  names = list(rates["between"])
+  with_humans = [(n, e["n"], se(e)) for n, e in rates["with_humans"].items()]
+  if labelers is not None and labelers["rate"] is not None:
+    with_humans.append(("labelers (another worker, same comparison)", labelers["rate"]["n"], se(labelers["rate"])))
   tables = [
       report.Table(f"Agreement with humans on {len(items)} comparisons (± bootstrap SE)",
-                   ("judge", "agreement"),
-                   [(n, se(e)) for n, e in rates["with_humans"].items()]),
+                   ("judge", "n", "agreement"), with_humans),
       report.Table("Agreement between judges (± bootstrap SE)", ["judge"] + names,
                    [[a] + [se(rates["between"][a][b]) if b != a else "-" for b in names] for a in names]),
   ]
   if controlled:
-    tables.append(report.Table("Human preference for A over B, raw and at equal length (95% CI)",
-                               ("A", "B", "n", "raw", "length-controlled", "mean log length ratio"),
-                               [(c["a"], c["b"], c["n"], _ci(c["raw"]), _ci(c["length_controlled"]),
-                                 f"{c['mean_log_length_ratio']:+.3f}") for c in controlled]))
-  charts = [_rate_chart("Agreement with humans", rates["with_humans"])]
+    ci = lambda e: _ci(e) if e else "-"
+    ratio = lambda r: f"{r:+.3f}" if r is not None else "-"
+    tables.append(report.Table(
+        f"Human preference for A over B, raw and at equal length (appendix F: one logistic regression over "
+        f"{controlled['n_comparisons']} comparisons of {len(controlled['policies'])} policies, read at log length "
+        f"ratio 0; 95% CI, {controlled['n_resamples_without_fit']} of {controlled['n_resamples']} resamples "
+        f"without a finite fit left out)",
+        ("A", "B", "n direct", "raw", "length-controlled", "mean log length ratio"),
+        [(c["a"], c["b"], c["n_direct"], ci(c["raw"]), _ci(c["length_controlled"]),
+          ratio(c["mean_log_length_ratio"])) for c in controlled["pairs"]]))
+  tables.append(report.Table("Notes", ("note",), [(n,) for n in notes]))
+  labeler_rate = {"labelers": labelers["rate"]} if labelers and labelers["rate"] else {}
+  charts = [_rate_chart("Agreement with humans", {**rates["with_humans"], **labeler_rate})]
   return result, tables, charts
 
 

@@ -6,6 +6,7 @@ correlate with human preference. They score a preference task's examples
 agreement analysis, whose adapters from the released preference formats keep
 the compared systems' names (candidates [preferred, other], gold [1, 0]).
 """
+import collections
 from typing import Callable, Mapping, Sequence
 
 from sklearn.feature_extraction import text as sk_text
@@ -14,7 +15,6 @@ from t5_tasks.baselines import CandidateItem
 from t5_tasks.baselines import example_context
 
 _WORDS = sk_text.CountVectorizer(token_pattern=r"(?u)\b\w+\b").build_analyzer()
-_BIGRAMS = sk_text.CountVectorizer(token_pattern=r"(?u)\b\w+\b", ngram_range=(2, 2)).build_analyzer()
 
 Scorer = Callable[[str, str], float]
 REDDIT_ADVICE = "top_reddit_advice"
@@ -26,16 +26,44 @@ def response_length(context: str, response: str) -> float:
   return float(len(_WORDS(response)))
 
 
-def bigram_copying(context: str, response: str) -> float:
-  """Share of the response's word bigrams that also occur in the context."""
-  bigrams = _BIGRAMS(response)
-  if not bigrams:
+def _bigrams(text: str) -> list[tuple[str, str]]:
+  words = _WORDS(text)
+  return list(zip(words, words[1:]))
+
+
+def lcs_length(a: Sequence, b: Sequence) -> int:
+  """Length of the longest common subsequence of two sequences of hashable tokens.
+
+  Bit-parallel (Crochemore et al. 2001; Hyyrö 2004): bit i of `v` is 0 where the LCS
+  grows at a[i]; one big-integer step per token of the shorter sequence.
+  """
+  if len(a) < len(b):
+    a, b = b, a
+  positions = collections.defaultdict(int)
+  for i, token in enumerate(a):
+    positions[token] |= 1 << i
+  full = (1 << len(a)) - 1
+  v = full
+  for token in b:
+    u = v & positions.get(token, 0)
+    v = ((v + u) | (v - u)) & full
+  return len(a) - v.bit_count()
+
+
+def lcs_bigram_copying(context: str, response: str) -> float:
+  """How much the response copies the context, as summarize-from-feedback measures it.
+
+  "the longest common subsequence of bigrams with the original Reddit post or news
+  article, and dividing by the number of bigrams in the summary" (appendix G.5, Table 16;
+  the copying judge of G.7). Bigrams of lowercased words; 0 for a response of one word.
+  """
+  summary = _bigrams(response)
+  if not summary:
     return 0.0
-  in_context = set(_BIGRAMS(context))
-  return sum(b in in_context for b in bigrams) / len(bigrams)
+  return lcs_length(_bigrams(context), summary) / len(summary)
 
 
-SCORERS: dict[str, Scorer] = {"length": response_length, "copying": bigram_copying}
+SCORERS: dict[str, Scorer] = {"length": response_length, "copying": lcs_bigram_copying}
 
 
 def score_example(example: Mapping, scorer: Scorer) -> list[float]:

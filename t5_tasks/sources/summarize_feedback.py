@@ -1,7 +1,7 @@
 """Learning-to-summarize-from-human-feedback comparisons (JSON lines).
 
 Each line: a post (`info`), two summaries with the policies that wrote them, the
-labeller's `choice` (0 or 1), and a split (train / valid1 / valid2). CNN/DM
+labeller's `choice` (0 or 1), the labeller (`worker`) and a split (train / valid1 / valid2). CNN/DM
 batches carry `info.article` instead of `info.post` and have no subreddit.
 """
 import dataclasses
@@ -20,6 +20,7 @@ class SummaryComparison:
   choice: int  # index of the preferred summary
   split: str
   confidence: int | None  # the labeller's 1..9 confidence where recorded
+  worker: str = ""  # the labeller's id; "" where not recorded
 
 
 def _parse(where: records.Where, row) -> SummaryComparison:
@@ -33,6 +34,7 @@ def _parse(where: records.Where, row) -> SummaryComparison:
       raise where.error("extra", f"expected an object, got {extra!r}")
     if extra.get("confidence") is not None:
       confidence = where.integer(extra, "confidence", "extra.confidence", choices=range(1, 10))
+  has_worker = isinstance(row, dict) and row.get("worker") is not None
   return SummaryComparison(
       id=where.string(info, "id", "info.id"),
       subreddit="" if is_article else where.string(info, "subreddit", "info.subreddit"),
@@ -44,6 +46,7 @@ def _parse(where: records.Where, row) -> SummaryComparison:
       choice=where.integer(row, "choice", choices=(0, 1)),
       split=where.string(row, "split"),
       confidence=confidence,
+      worker=where.string(row, "worker", allow_empty=True) if has_worker else "",
   )
 
 

@@ -1,4 +1,4 @@
-"""Agreement between judges and the length-controlled preference, against hand computation."""
+"""Agreement between judges, labelers and the length-controlled preference, against independent computations."""
 import json
 import re
 
@@ -9,6 +9,7 @@ from scipy import optimize
 from t5_tasks.analysis import agreement
 from t5_tasks.baselines import CandidateItem
 from t5_tasks.baselines import preference_heuristics
+from t5_tasks.sources import summarize_feedback
 from t5_tasks.sources.turingadvice import read_turingadvice_eval
 
 
@@ -32,6 +33,48 @@ def test_agreement_needs_equal_item_counts():
     agreement.agreement_rates({"a": [[1, 0]], "b": [[1, 0], [0, 1]]})
 
 
+def test_a_judge_that_leaves_items_out_is_compared_on_the_items_it_judged():
+  nan = float("nan")
+  a = [[2, 1], [0, 1], [1, 1], [3, 0]]
+  partial = [[nan, nan], [1, 0], [nan, nan], [0, 1]]  # judges items 1 and 3, picks wrong on 3
+  result = agreement.agreement_rates({"a": a, "partial": partial})
+  assert result["with_humans"]["partial"]["value"] == pytest.approx(0.5)
+  assert result["with_humans"]["partial"]["n"] == 2 and result["with_humans"]["a"]["n"] == 4
+  assert result["between"]["a"]["partial"]["value"] == pytest.approx(0.0)  # a: other, then preferred
+  with pytest.raises(ValueError, match="judge 'none' judged no item"):
+    agreement.agreement_rates({"partial": partial, "none": [[nan, nan]] * 4})
+  with pytest.raises(ValueError, match="judges 'partial' and 'other' have no judged item in common"):
+    agreement.agreement_rates({"partial": partial, "other": [[1, 0], [nan, nan], [1, 0], [nan, nan]]})
+
+
+def _dp_lcs(a, b):
+  table = np.zeros((len(a) + 1, len(b) + 1), dtype=int)
+  for i, x in enumerate(a):
+    for j, y in enumerate(b):
+      table[i + 1, j + 1] = table[i, j] + 1 if x == y else max(table[i, j + 1], table[i + 1, j])
+  return int(table[-1, -1])
+
+
+def test_copying_is_the_lcs_of_bigrams_over_the_summarys_bigrams():
+  post = "The cat sat on the mat. The dog sat on the cat."
+  # Post bigrams, in order: the-cat cat-sat sat-on on-the the-mat mat-the the-dog dog-sat sat-on
+  # on-the the-cat. The summary's five: the-dog dog-sat sat-on on-the the-mat. All five occur in
+  # the post, but the-mat only before the-dog: the longest common subsequence is the first four.
+  assert preference_heuristics.lcs_bigram_copying(post, "the dog sat on the mat") == pytest.approx(4 / 5)
+  # In reverse word order (cat-the the-on on-sat) no bigram occurs in the post.
+  assert preference_heuristics.lcs_bigram_copying(post, "cat the on sat") == 0.0
+  assert preference_heuristics.lcs_bigram_copying(post, "The cat sat on the mat") == 1.0
+  assert preference_heuristics.lcs_bigram_copying(post, "cat") == 0.0  # no bigram
+
+
+def test_bit_parallel_lcs_matches_dynamic_programming():
+  rng = np.random.default_rng(0)
+  for _ in range(200):
+    a = rng.integers(0, 4, size=rng.integers(0, 30)).tolist()
+    b = rng.integers(0, 4, size=rng.integers(0, 30)).tolist()
+    assert preference_heuristics.lcs_length(a, b) == _dp_lcs(a, b), (a, b)
+
+
 def test_scores_from_predictions_orient_by_gold():
   items = [CandidateItem("p", "x", "", ("g", "b"), (1, 0)), CandidateItem("p", "y", "", ("g", "b"), (1, 0))]
   predictions = [{"id": "y", "scores": [0.1, 0.9], "gold": [0, 1]},
@@ -41,40 +84,137 @@ def test_scores_from_predictions_orient_by_gold():
     agreement.scores_from_predictions(items, predictions[:1], "rm")
 
 
-def _items(lengths_a, lengths_b, chose_a):
-  items = []
-  for n, (la, lb, won) in enumerate(zip(lengths_a, lengths_b, chose_a)):
-    a, b = " ".join(["w"] * la), " ".join(["v"] * lb)
-    pair, systems = ((a, b), ["A", "B"]) if won else ((b, a), ["B", "A"])
-    items.append(CandidateItem("p", f"i{n}", "", pair, (1, 0), {"systems": systems}))
-  return items
+def _items(comparisons):
+  """CandidateItems from (preferred policy, its length in words, other policy, its length)."""
+  return [CandidateItem("p", f"i{n}", "", (" ".join(["w"] * lw), " ".join(["v"] * ll)), (1, 0),
+                        {"systems": [won, lost]})
+          for n, (won, lw, lost, ll) in enumerate(comparisons)]
 
 
-def test_length_controlled_preference_matches_a_likelihood_fit():
+def _synthetic(rng, effects, length_coefficient, pairs, n):
+  """Comparisons drawn from P(a preferred) = sigmoid(effect a - effect b + c log(len a / len b))."""
+  comparisons, features = [], []
+  for k in range(n):
+    a, b = pairs[k % len(pairs)]
+    la, lb = rng.integers(5, 60, size=2)
+    z = effects[a] - effects[b] + length_coefficient * np.log(la / lb)
+    a_won = rng.random() < 1 / (1 + np.exp(-z))
+    comparisons.append((a, la, b, lb) if a_won else (b, lb, a, la))
+    features.append((a, b, np.log(la / lb)))
+  return comparisons, features
+
+
+def test_length_control_recovers_a_known_logistic_model():
+  effects = {"A": 0.8, "B": 0.0, "C": -0.5}
+  pairs = [("A", "B"), ("B", "C")]  # A and C meet only through B
   rng = np.random.default_rng(0)
-  la = rng.integers(5, 60, size=80)
-  lb = rng.integers(5, 60, size=80)
-  x = np.log(la / lb)
-  chose_a = rng.random(80) < 1 / (1 + np.exp(-(0.4 + 1.5 * x)))
-  result = agreement.length_controlled_preference(_items(la, lb, chose_a), "A", "B", n_resamples=100)
+  comparisons, features = _synthetic(rng, effects, 1.2, pairs, 2000)
+  result = agreement.length_controlled_preferences(_items(comparisons), [("A", "B"), ("A", "C"), ("C", "B")],
+                                                   n_resamples=10)
+  # The tolerance: the maximum-likelihood estimate is asymptotically normal with covariance the
+  # inverse Fisher information, here at the true parameters (w = [B - A, C - A, length]); 4 of
+  # its standard errors are exceeded with probability 6e-5.
+  truth = np.array([effects["B"] - effects["A"], effects["C"] - effects["A"], 1.2])
+  x = np.array([[(a == "B") - (b == "B"), (a == "C") - (b == "C"), r] for a, b, r in features])
+  p = 1 / (1 + np.exp(-x @ truth))
+  covariance = np.linalg.inv(x.T @ (x * (p * (1 - p))[:, None]))
+  for got in result["pairs"]:
+    d = np.array([(got["b"] == "B") - (got["a"] == "B"), (got["b"] == "C") - (got["a"] == "C"), 0.0])
+    expected = 1 / (1 + np.exp(-(effects[got["a"]] - effects[got["b"]])))
+    se = expected * (1 - expected) * np.sqrt(d @ covariance @ d)  # delta method
+    assert got["length_controlled"]["value"] == pytest.approx(expected, abs=4 * se), got
+    assert got["length_controlled"]["low"] <= got["length_controlled"]["value"] <= got["length_controlled"]["high"]
+  assert result["length_coefficient"] == pytest.approx(1.2, abs=4 * np.sqrt(covariance[2, 2]))
+  by_pair = {(c["a"], c["b"]): c for c in result["pairs"]}
+  assert by_pair[("A", "C")]["n_direct"] == 0 and by_pair[("A", "C")]["raw"] is None
+  assert by_pair[("A", "B")]["n_direct"] == 1000 and result["n_resamples_without_fit"] == 0
+
+
+def test_length_control_is_the_likelihood_maximum_of_one_model():
+  rng = np.random.default_rng(1)
+  comparisons, _ = _synthetic(rng, {"A": 0.4, "B": 0.0, "C": 0.3}, 1.5, [("A", "B"), ("B", "C"), ("A", "C")], 90)
+  result = agreement.length_controlled_preferences(_items(comparisons), [("A", "B"), ("C", "A")], n_resamples=20)
+  # Independently: minimise the negative log-likelihood of sigmoid(e_won - e_lost + c log ratio), e_B = 0.
+  won = np.array([[w == "A", w == "C"] for w, _, _, _ in comparisons], dtype=float)
+  lost = np.array([[l == "A", l == "C"] for _, _, l, _ in comparisons], dtype=float)
+  ratio = np.log([lw / ll for _, lw, _, ll in comparisons])
 
   def nll(w):
-    z = w[0] + w[1] * x
-    return np.sum(np.logaddexp(0, z) - chose_a * z)
-  w = optimize.minimize(nll, np.zeros(2), method="BFGS").x
-  assert result["n"] == 80
-  assert result["raw"]["value"] == pytest.approx(chose_a.mean())
-  assert result["length_controlled"]["value"] == pytest.approx(1 / (1 + np.exp(-w[0])), abs=1e-4)
-  controlled = result["length_controlled"]
-  assert controlled["low"] < controlled["value"] < controlled["high"]
+    z = (won - lost) @ w[:2] + w[2] * ratio
+    return np.sum(np.logaddexp(0, -z))
+  w = optimize.minimize(nll, np.zeros(3), method="BFGS", options={"gtol": 1e-10}).x
+  by_pair = {(c["a"], c["b"]): c["length_controlled"]["value"] for c in result["pairs"]}
+  assert by_pair[("A", "B")] == pytest.approx(1 / (1 + np.exp(-w[0])), abs=1e-5)
+  assert by_pair[("C", "A")] == pytest.approx(1 / (1 + np.exp(-(w[1] - w[0]))), abs=1e-5)
+  assert result["length_coefficient"] == pytest.approx(w[2], abs=1e-4)
+  effects = result["policy_effects"]  # only differences are identified
+  assert (effects["A"] - effects["B"], effects["C"] - effects["B"]) == pytest.approx(tuple(w[:2]), abs=1e-4)
 
 
 def test_equal_lengths_leave_the_raw_preference():
-  chose_a = [True, True, False, True]
-  result = agreement.length_controlled_preference(_items([3] * 4, [3] * 4, chose_a), "A", "B", n_resamples=50)
-  assert result["length_controlled"]["value"] == pytest.approx(0.75, abs=1e-4)
-  with pytest.raises(ValueError, match="fewer than 2 comparisons between 'A' and 'C'"):
-    agreement.length_controlled_preference(_items([3] * 4, [3] * 4, chose_a), "A", "C")
+  comparisons = [("A", 3, "B", 3)] * 3 + [("B", 3, "A", 3)]
+  result = agreement.length_controlled_preferences(_items(comparisons), [("A", "B")], n_resamples=20)
+  assert result["pairs"][0]["length_controlled"]["value"] == pytest.approx(0.75, abs=1e-6)
+  assert result["pairs"][0]["raw"]["value"] == pytest.approx(0.75)
+
+
+def test_degenerate_comparisons_are_refused():
+  mixed = [("A", 3, "B", 4), ("B", 5, "A", 3), ("A", 6, "B", 2), ("B", 2, "A", 3)]
+  always_loses = mixed + [("A", 3, "C", 4), ("B", 3, "C", 5), ("A", 4, "C", 4)]
+  with pytest.raises(ValueError, match=r"no finite fit, because the comparisons are separable "
+                                       r"\('C' loses all 3 of its comparisons\)"):
+    agreement.length_controlled_preferences(_items(always_loses), [("A", "B")])
+  with pytest.raises(ValueError, match="policy 'D' is in no comparison; policies: A, B"):
+    agreement.length_controlled_preferences(_items(mixed), [("A", "D")])
+  unlinked = mixed + [("C", 3, "D", 4), ("D", 3, "C", 5)]
+  with pytest.raises(ValueError, match="no chain of comparisons links 'A' and 'C'"):
+    agreement.length_controlled_preferences(_items(unlinked), [("A", "C")])
+  with pytest.raises(ValueError, match="no item names its policies"):
+    agreement.length_controlled_preferences([CandidateItem("p", "x", "", ("a", "b"), (1, 0))], [("A", "B")])
+
+
+def _comparison(post, summaries, choice, worker, policies=("p", "q")):
+  return summarize_feedback.SummaryComparison(post, "sub", "title", "the post", tuple(summaries),
+                                              tuple(policies), choice, "train", None, worker)
+
+
+def test_labeler_agreement_by_hand():
+  comparisons = [
+      _comparison("p1", ("x", "y"), 0, "w1"), _comparison("p1", ("x", "y"), 0, "w2"),
+      _comparison("p1", ("y", "x"), 0, "w3"),  # the same pair shown the other way round; chose y
+      _comparison("p2", ("a", "b"), 0, "w1"), _comparison("p2", ("a", "b"), 1, "w1"),  # one worker twice
+      _comparison("p3", ("c", "d"), 0, "w2"), _comparison("p3", ("d", "c"), 1, "w3"),  # both chose c
+      _comparison("p3", ("c", "d"), 1, ""),  # no worker: left out
+      _comparison("p4", ("x", "y"), 0, "w4"),  # labelled once
+  ]
+  result = agreement.labeler_agreement(comparisons)
+  # p1: w1-w2 agree, w1-w3 and w2-w3 do not: 1/3. p3: 1. The rate is their mean.
+  assert result["rate"]["value"] == pytest.approx((1 / 3 + 1) / 2)
+  assert (result["n_comparisons"], result["n_label_pairs"], result["n_labels_without_worker"]) == (2, 4, 1)
+  assert agreement.labeler_agreement(comparisons[3:5])["rate"] is None
+
+
+def test_rouge_judge_scores_against_the_posts_reference():
+  from rouge_score import rouge_scorer  # pylint: disable=g-import-not-at-top
+  comparisons = [
+      _comparison("p1", ("my landlord entered twice without notice", "landlord keeps coming in"), 0, "w1",
+                  ("ref", "sup")),
+      _comparison("p1", ("the landlords entered without any notice", "landlord came in"), 1, "w2"),
+      _comparison("p2", ("a cat", "a dog"), 0, "w1"),
+  ]
+  references = agreement.reference_summaries(comparisons)
+  assert references == {"p1": "my landlord entered twice without notice"}
+  items = preference_heuristics.items_from_summary_comparisons(comparisons)
+  result = agreement.rouge_scores(items, [references.get(c.id) for c in comparisons])
+  assert (result["n_judged"], result["n_without_reference"], result["n_reference_is_a_candidate"]) == (1, 1, 1)
+  assert np.isnan(result["scores"][0]).all() and np.isnan(result["scores"][2]).all()
+  scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
+  reference = "my landlord entered twice without notice"
+  expected = [np.mean([s.fmeasure for s in scorer.score(reference, summary).values()])
+              for summary in ("landlord came in", "the landlords entered without any notice")]  # chosen first
+  assert result["scores"][1] == pytest.approx(expected)
+  with pytest.raises(ValueError, match="post 'p1' has two different 'ref' summaries"):
+    agreement.reference_summaries(comparisons + [_comparison("p1", ("other", "x"), 0, "w3", ("ref", "q"))])
 
 
 def test_length_judge_on_turingadvice_equals_raw_count(shared_data):

@@ -29,10 +29,11 @@ def quickstart_examples():
 
 def test_heuristic_scorers_by_hand():
   assert preference_heuristics.response_length("ignored", "Try it, then call me.") == 5
-  # Bigrams of the response: "the cat", "cat sat", "sat down"; two occur in the context.
-  copying = preference_heuristics.bigram_copying("The cat sat on the mat", "the cat sat down")
+  # Bigrams of the response: "the cat", "cat sat", "sat down"; the first two occur in the
+  # context in that order (their longest common subsequence with its bigrams).
+  copying = preference_heuristics.lcs_bigram_copying("The cat sat on the mat", "the cat sat down")
   assert copying == pytest.approx(2 / 3)
-  assert preference_heuristics.bigram_copying("anything", "one") == 0.0
+  assert preference_heuristics.lcs_bigram_copying("anything", "one") == 0.0
 
 
 def test_example_context_of_each_task_family():
@@ -50,7 +51,7 @@ def test_copying_scores_a_summary_example_against_title_and_post():
              "candidates": ["the mat all day", "the cat sat"], "candidate_labels": [1, 0]}
   # "the mat", "mat all", "all day" all occur in the post; of "the cat" and "cat sat" only the
   # second occurs, in the title.
-  scores = preference_heuristics.score_example(example, preference_heuristics.bigram_copying)
+  scores = preference_heuristics.score_example(example, preference_heuristics.lcs_bigram_copying)
   assert scores == pytest.approx([1.0, 1 / 2])
 
 
