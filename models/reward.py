@@ -44,6 +44,19 @@ def reward(config: T5Config, params, input_ids, response_ids, deterministic=True
   return values[:, 0] if single else values
 
 
+def shift_to_zero_mean(params, mean_reward):
+  """`params` with the head's bias lowered by `mean_reward`, the mean reward of a reference set.
+
+  Stiennon et al. (2020, §3.4) normalise the reward model so that the reference summaries score
+  0 on average. A reward is linear in the bias, so the set then scores mean 0, and the offset is a
+  parameter like any other: it survives saving and restoring. Pairwise and listwise losses only
+  see reward differences, so the shift changes none of them.
+  """
+  head = dict(params[HEAD])
+  head["bias"] = head["bias"] - jnp.asarray(mean_reward, head["bias"].dtype)
+  return {**params, HEAD: head}
+
+
 def pairwise_loss(r_good, r_bad):
   """Mean of log(1 + exp(r_bad - r_good)): the comparison loss of HEAP and summarize-from-feedback."""
   return jnp.mean(jax.nn.softplus(r_bad - r_good))

@@ -26,19 +26,20 @@ def token_log_likelihoods(logits, target_ids):
   return jnp.where(target_ids > 0, picked, 0.0)
 
 
-def span_score_mask(candidate_ids, first_sentinel_id: int | None):
+def span_score_mask(candidate_ids, first_sentinel_id: int | None, eos_id: int = 1):
   """Which tokens of candidates [..., T] are scored: [..., T] bool.
 
   A candidate that starts with a sentinel (an id >= `first_sentinel_id`) is in T5's
-  span-corruption form: only the tokens after it and before the next sentinel count. Any other
-  candidate counts every non-padding token. Without sentinels (`first_sentinel_id` None), the
-  non-padding tokens. Works on numpy and jax arrays alike.
+  span-corruption form: only the tokens after it and before the next sentinel count (never EOS,
+  which ends a candidate cut short before its closing sentinel). Any other candidate counts
+  every non-padding token. Without sentinels (`first_sentinel_id` None), the non-padding tokens.
+  Works on numpy and jax arrays alike.
   """
   real = candidate_ids > 0
   if first_sentinel_id is None:
     return real
   sentinel = candidate_ids >= first_sentinel_id
-  inside_span = (sentinel.cumsum(axis=-1) == 1) & ~sentinel & real
+  inside_span = (sentinel.cumsum(axis=-1) == 1) & ~sentinel & real & (candidate_ids != eos_id)
   return (sentinel[..., :1] & inside_span) | (~sentinel[..., :1] & real)
 
 

@@ -245,7 +245,8 @@ def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, 
   for chunk in _chunks(dataset.as_numpy_iterator(), batch_size):
     real = len(chunk)
     arrays = candidate_arrays(chunk, *_lengths(feature_lengths), num_candidates)
-    arrays["score_mask"] = np.asarray(scoring.span_score_mask(arrays["candidate_ids"], first_sentinel))
+    arrays["score_mask"] = np.asarray(scoring.span_score_mask(arrays["candidate_ids"], first_sentinel,
+                                                              vocabulary.eos_id))
     arrays.update(scored_text_lengths(vocabulary, arrays["candidate_ids"], arrays["score_mask"]))
     batch = {name: np.pad(value, [(0, batch_size - real)] + [(0, 0)] * (value.ndim - 1))
              for name, value in arrays.items()}

@@ -317,7 +317,9 @@ def _check_settings(output_dir: str, settings: dict) -> None:
 def _records(file: dict) -> str:
   if file.get("records_read") is None:
     return ""
-  return f", {file['records_read']} records read, {file['records_skipped']} skipped"
+  normalised = file.get("records_normalised") or {}
+  return (f", {file['records_read']} records read, {file['records_skipped']} skipped"
+          + "".join(f", {count} {what}" for what, count in normalised.items()))
 
 
 def _notes(settings: dict) -> list[str]:

@@ -1,7 +1,10 @@
 """Inference: advice generated with nucleus sampling, to JSON lines or through a Python callable.
 
 With a reward model (`reward_checkpoint_path`), each input gets best-of-N: N samples, each
-scored by the reward model, the best kept (Stiennon et al. 2020, §4.1; KL = log N − (N−1)/N).
+scored by the reward model, the best kept (Stiennon et al. 2020, §4.1 and appendix Table 10:
+N samples at temperature 0.7 from the supervised policy, KL = log N − (N−1)/N); `infer` then
+prints the KL and the mean reward of the chosen samples against that of all samples
+(`best_of_n_summary`). gin/recipes/summarize_from_feedback/best_of_n.gin sets it up for TL;DR.
 
 Inputs come either from a generation task (its seqio preprocessors build the model inputs) or
 from a JSON lines file of situations (`title`, `selftext`, `subreddit`, optional `id` and
@@ -125,6 +128,18 @@ def _load(checkpoint_path, model_config, reward_checkpoint_path, mesh_shape, rul
   return mesh, model, reward_model
 
 
+def best_of_n_summary(records: Sequence[dict]) -> dict | None:
+  """`n`, `kl` (of best-of-n from the sampling policy), `inputs`, and the mean reward of the
+  chosen samples and of all samples, over records with rewards; None when there are none."""
+  scored = [record for record in records if "rewards" in record]
+  if not scored:
+    return None
+  n = len(scored[0]["rewards"])
+  return {"n": n, "kl": decoding.best_of_n_kl(n), "inputs": len(scored),
+          "mean_reward_chosen": float(np.mean([r["rewards"][r["best"]] for r in scored])),
+          "mean_reward_all": float(np.mean([x for r in scored for x in r["rewards"]]))}
+
+
 def _chosen(record: dict) -> str:
   return record["predictions"][record.get("best", 0)]
 
@@ -234,6 +249,11 @@ def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
                        reward_model=reward_model, mesh=mesh, rules=rules, should_stop=guard.should_stop)
   lines = [json.dumps({**row, **record}, ensure_ascii=False) + "\n" for row, record in zip(rows, records)]
   outputs.atomic_write_text(output_file, "".join(lines))
+  summary = best_of_n_summary(records)
+  if summary is not None:
+    print(f"best-of-{summary['n']}: KL {summary['kl']:.6f} nats from the sampling policy "
+          f"(log N - (N-1)/N); mean reward of the chosen samples {summary['mean_reward_chosen']:+.4f}, "
+          f"of all samples {summary['mean_reward_all']:+.4f} ({summary['inputs']} inputs)", flush=True)
   if guard.signal_number is not None and len(records) < len(rows):
     raise guard.interrupted(f"interrupted after {len(records)}/{len(rows)} inputs, their lines written "
                             f"to {output_file}; rerunning the same command starts over")

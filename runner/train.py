@@ -24,6 +24,7 @@ from runner import checkpoints
 from runner import data
 from runner import outputs
 from runner import partitioning
+from runner import reward_normalization
 from runner import trainer
 from runner.progress import Progress
 
@@ -161,7 +162,8 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
           logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, multi_host=None,
           checkpoint_every=1000, keep_checkpoints=3, log_every=50, compilation_cache_dir=None,
           batch_source: Callable[[int], Iterator[dict]] | None = None, run_config: str | None = None,
-          vocabulary_size: int | None = None) -> TrainResult:
+          vocabulary_size: int | None = None, normalize_reward_task: str | None = None,
+          normalize_reward_split: str = "train") -> TrainResult:
   """Trains (or resumes training of) a model in `model_dir` up to `train_steps` steps.
 
   Data comes from the seqio task or mixture, or from `batch_source(start_step)` (an iterator of
@@ -173,9 +175,19 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   `run_config` (the gin configuration's text) is written to `model_dir/config.gin`, the data
   files each task read to `model_dir/data_files.json`. `vocabulary_size`, when given, is checked
   against the model's embedding before anything runs.
+  With `normalize_reward_task` (a reward objective), a run that reaches `train_steps` also writes
+  its reward model shifted so that the task's `normalize_reward_split` references score 0 on
+  average to `model_dir/normalized` (`runner.reward_normalization`; Stiennon et al. 2020, §3.4);
+  the training checkpoints stay as they are.
   """
   goal = trainer.get_objective(objective)
+  if normalize_reward_task is not None and not goal.reward_head:
+    raise ValueError(f"normalize_reward_task needs a reward model (OBJECTIVE 'pairwise' or 'listwise'), "
+                     f"not {objective!r}")
   partitioning.initialize_distributed(multi_host)
+  if normalize_reward_task is not None and jax.process_count() > 1:
+    raise ValueError("normalize_reward_task runs in one process; on several hosts, run "
+                     "scripts.normalize_reward after training")
   mesh = partitioning.create_mesh(*mesh_shape)
   preflight(train_steps=train_steps, batch_size=batch_size, accumulation_steps=accumulation_steps,
             data_axis=mesh.shape["data"], model_config=model_config, vocabulary_size=vocabulary_size)
@@ -263,5 +275,12 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   manager.wait_until_finished()
   if writer is not None:
     writer.flush()
+  if normalize_reward_task is not None and not preempted:
+    with partitioning.activate(mesh, rules):
+      reward_normalization.normalize(
+          model_config, params, source=model_dir,
+          output_dir=os.path.join(model_dir, reward_normalization.NORMALIZED_SUBDIR),
+          task_name=normalize_reward_task, split=normalize_reward_split,
+          feature_lengths=task_feature_lengths, batch_size=batch_size)
   return TrainResult(step=step, params=params, preempted=preempted, metrics=last_metrics,
                      signal_number=guard.signal_number)

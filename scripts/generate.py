@@ -8,6 +8,14 @@ generates for the inputs of the advice task (MIXTURE_OR_TASK_NAME, SPLIT); with
 `selftext`, `subreddit`, optional `id` and `created_utc`), formatted as the advice task formats
 its inputs. `advice_generator` is the same model behind the leaderboard server (scripts/serve.py).
 
+Best-of-N (Stiennon et al. 2020, §4.1): with a reward model, each input gets NUM_SAMPLES samples,
+their rewards, the index of the best and the KL; the run prints the KL and the mean reward of
+the chosen samples against all samples. For TL;DR summaries from a supervised policy:
+
+  python -m scripts.generate --gin_file=gin/models/t5_1_1/tiny.gin --gin_file=gin/runs/infer.gin \
+      --gin_file=gin/recipes/summarize_from_feedback/best_of_n.gin --gin.CHECKPOINT_PATH="'/tmp/sft'" \
+      --gin.REWARD_CHECKPOINT_PATH="'/tmp/rm/normalized'" --gin.INFER_OUTPUT_FILE="'/tmp/bon.jsonl'"
+
 The output file is written whole at the end. Ctrl-C (SIGINT) or SIGTERM stops after the batch
 being sampled: the lines of the inputs sampled so far are written (complete lines only), one line
 says how far it got, and the exit code is 130 or 143 (as scripts/train.py's); rerunning the same

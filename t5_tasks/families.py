@@ -13,16 +13,19 @@ import functools
 import os
 from typing import Any, Callable, Mapping
 
+import gin
 import tensorflow as tf
 
 from t5_tasks import metrics
 from t5_tasks import preprocessors
 from t5_tasks import temporal_tagger
+from t5_tasks import vocab
 from t5_tasks.sources import asq
 from t5_tasks.sources import heap
 from t5_tasks.sources import records
 from t5_tasks.sources import reddit_advice
 from t5_tasks.sources import summarize_feedback
+from t5_tasks.sources import summarize_references
 from t5_tasks.sources import timedial
 
 Files = Mapping[str, Mapping[str, str]]  # dataset key -> {split or "all": path}
@@ -50,7 +53,8 @@ class TaskFamily:
       `examples` reads (the keys `t5_tasks.tasks.data_files.files` binds) and their default
       files; {} for a dataset without one, which must then be bound.
     steps: seqio preprocessors that make the `inputs` and `targets` text; tokenizing follows.
-    metric_fn: seqio score metric fn over `t5_tasks.tasks.candidate_targets`; None to generate text.
+    metric_fn: seqio score metric fn over `t5_tasks.tasks.candidate_targets` (a generation
+      task's: `metrics.perplexity_metric_fn` over its references).
     tfds: the prepared TFDS dataset, for a `<name>_tfds` twin of each task; None if there is none.
     variants: {variant: {field: value}}: a task `<name>_<variant>` for each, this declaration
       with those fields replaced; {} for a family of one task, `<name>`.
@@ -107,8 +111,12 @@ READ_REPORTS: dict[str, records.ReadReport] = {}
 
 
 def _read(reader, path, *args):
+  """The reader's records; what it normalised in the file is told once per file."""
   read, report = reader(*args, path)
-  READ_REPORTS[os.path.abspath(path)] = report
+  key = os.path.abspath(path)
+  if report.normalised and key not in READ_REPORTS:
+    print(f"NOTE: {report.summary()}", flush=True)
+  READ_REPORTS[key] = report
   return read
 
 
@@ -151,18 +159,26 @@ def timedial_examples(files: Files) -> Examples:
   return out
 
 
-def _dialogs(path: str):
-  if path.endswith(".jsonl"):
-    return _read(temporal_tagger.read_dialogs, path)
-  return [(item.id, tuple(turn.replace(timedial.MASK, item.correct[0])
-                          for turn in item.conversation))
-          for item in _read(timedial.read_timedial, path)]
+_ANNOUNCED_LEFT_OUT: set[str] = set()  # the weak-supervision file sets whose count was printed
 
 
 def weak_supervision_examples(files: Files) -> Examples:
-  return {split: [_masked_dialog_example(d)
-                  for d in temporal_tagger.weak_supervision_from_dialogs(_dialogs(path))]
-          for split, path in files["dialogs"].items()}
+  """Every bound dialogs file pooled, the TimeDial test dialogs (the bound `timedial` files) left
+  out, then split by dialog into train and validation (`temporal_tagger.weak_supervision_splits`)."""
+  dialogs = [d for path in files["dialogs"].values()
+             for d in _read(temporal_tagger.read_dialogs, path)]
+  test = temporal_tagger.TimeDialTestDialogs(
+      item.conversation for path in files["timedial"].values()
+      for item in _read(timedial.read_timedial, path))
+  kept = [(dialog_id, turns) for dialog_id, turns in dialogs if turns not in test]
+  key = repr(sorted((k, sorted(v.items())) for k, v in files.items()))
+  if key not in _ANNOUNCED_LEFT_OUT:
+    _ANNOUNCED_LEFT_OUT.add(key)
+    print(f"timedial_weak_supervision: left out {len(dialogs) - len(kept)} of {len(dialogs)} "
+          f"dialogs found in the TimeDial test set ({len(test)} test items: "
+          f"{', '.join(files['timedial'].values())})", flush=True)
+  return {split: [_masked_dialog_example(d) for d in items]
+          for split, items in temporal_tagger.weak_supervision_splits(kept).items()}
 
 
 def asq_examples(files: Files) -> Examples:
@@ -180,16 +196,110 @@ def asq_examples(files: Files) -> Examples:
           for split, path in files["asq"].items()}
 
 
+@gin.configurable
+def comparison_filter(min_confidence: int | None = None, splits: tuple[str, ...] = SPLITS):
+  """(min_confidence, splits): the comparisons of `splits` kept are those the labeller rated at
+  least `min_confidence` (1..9); None keeps every one, with or without a confidence.
+
+  Stiennon et al. select reward models on high-confidence validation labels (C.1, step 4), yet
+  found that dropping low-confidence labels from training hurt (C.2). Asked when the dataset is
+  built (the tasks register before gin parses).
+  """
+  if min_confidence is not None and min_confidence not in range(1, 10):
+    raise ValueError(f"comparison_filter.min_confidence must be 1..9 or None, got {min_confidence!r}")
+  unknown = set(splits) - set(SPLITS)
+  if unknown:
+    raise ValueError(f"comparison_filter.splits names {sorted(unknown)}; the splits are {SPLITS}")
+  return min_confidence, tuple(splits)
+
+
 def summarize_examples(files: Files) -> Examples:
-  """Preferred summary first; ids are the post's id and the comparison's rank for that post."""
+  """Preferred summary first; ids are the post's id and the comparison's rank for that post
+  (counted before `comparison_filter`, so that an id names the same comparison either way)."""
+  min_confidence, filtered_splits = comparison_filter()
   out = {split: [] for split in SPLITS}
-  seen = collections.Counter()
+  seen, dropped = collections.Counter(), collections.Counter()
   for c in _read(summarize_feedback.read_comparisons, _single_file(files, "summarize_feedback")):
     seen[c.id] += 1
-    out[_RELEASED_SPLITS.get(c.split, "train")].append(dict(
+    split = _RELEASED_SPLITS.get(c.split, "train")
+    if (min_confidence is not None and split in filtered_splits
+        and (c.confidence is None or c.confidence < min_confidence)):
+      dropped[split] += 1
+      continue
+    out[split].append(dict(
         id=f"{c.id}#{seen[c.id]}", subreddit=c.subreddit, title=c.title, post=c.post,
         candidates=[c.summaries[c.choice], c.summaries[1 - c.choice]],
         candidate_labels=[1, 0], candidate_scores=[1.0, 0.0]))
+  if min_confidence is not None:
+    print(f"summarize_feedback: dropped {sum(dropped.values())} comparisons of confidence below "
+          f"{min_confidence} or none (" + ", ".join(f"{s} {dropped[s]}" for s in filtered_splits)
+          + f"); kept {sum(map(len, out.values()))}", flush=True)
+  return out
+
+
+@gin.configurable
+def reference_filter(max_post_tokens: int | None = None, min_summary_tokens: int | None = None,
+                     max_summary_tokens: int | None = None):
+  """(max_post_tokens, min_summary_tokens, max_summary_tokens) for the TL;DR references; None: no limit.
+
+  Counted in tokens of the tasks' vocabulary (`vocab.get_vocabulary`) when the dataset is built.
+  The paper's TL;DR filters (appendix A) are 512, 24 and 48 GPT-2 BPE tokens; bytes
+  (ByteVocabulary) are several per BPE token, so those numbers fit SentencePiece, not bytes.
+  """
+  return max_post_tokens, min_summary_tokens, max_summary_tokens
+
+
+def _reference_rejection(count, post: str, summary: str, is_post: bool) -> str | None:
+  """Which of `reference_filter`'s limits the pair breaks, or None. News articles have no post limit."""
+  max_post, min_summary, max_summary = reference_filter()
+  if is_post and max_post is not None and count(post) > max_post:
+    return f"post over {max_post} tokens"
+  if min_summary is None and max_summary is None:
+    return None
+  length = count(summary)
+  if min_summary is not None and length < min_summary:
+    return f"summary under {min_summary} tokens"
+  if max_summary is not None and length > max_summary:
+    return f"summary over {max_summary} tokens"
+  return None
+
+
+def sft_examples(files: Files) -> Examples:
+  """One example per distinct (post id, reference summary): the comparisons' summaries by policy
+  `ref` (a post is compared many times with its one reference) and the references files'.
+
+  The target is the reference (the only candidate). A references file bound under a split key
+  puts all its records in that split; under "all", each record's own `split`. Bind a dataset to
+  {} to read none of it. `reference_filter` drops pairs, counted in one printed line.
+  """
+  pairs = {}  # (post id, summary) -> (split, post record)
+  comparisons = files["summarize_feedback"]
+  if comparisons:
+    for c in _read(summarize_feedback.read_comparisons, _single_file(files, "summarize_feedback")):
+      for text, policy in zip(c.summaries, c.policies):
+        if policy == "ref":
+          pairs.setdefault((c.id, text), (_RELEASED_SPLITS.get(c.split, "train"), c))
+  from_comparisons = len(pairs)
+  for key, path in files["summarize_references"].items():
+    for r in _read(summarize_references.read_references, path):
+      split = r.split if key == "all" else key
+      split = _RELEASED_SPLITS.get(split, split)
+      if split not in SPLITS:
+        raise ValueError(f"summarize_references is bound under {key!r}; use 'all' or one of {SPLITS}")
+      pairs.setdefault((r.id, r.summary), (split, r))
+  count = preprocessors.token_counter(vocab.get_vocabulary())
+  out = {split: [] for split in SPLITS}
+  rejected = collections.Counter()
+  for (post_id, summary), (split, r) in pairs.items():
+    reason = _reference_rejection(count, r.post, summary, bool(r.subreddit))
+    if reason:
+      rejected[reason] += 1
+      continue
+    out[split].append(dict(id=post_id, subreddit=r.subreddit, title=r.title, post=r.post,
+                           candidates=[summary], candidate_labels=[1], candidate_scores=[1.0]))
+  print(f"summarize_feedback_sft: {len(pairs)} references ({from_comparisons} from comparisons), "
+        f"filtered out {sum(rejected.values())}"
+        + "".join(f"; {reason}: {n}" for reason, n in sorted(rejected.items())), flush=True)
   return out
 
 
@@ -213,6 +323,9 @@ TURINGADVICE_GENERATION = TaskFamily(
     splits=SPLITS,
     quickstart_files={"reddit_advice": {"all": "reddit_advice_2019.jsonl"}},
     steps=(preprocessors.advice_inputs,),
+    # Evaluation scores each reference advice: loss and perplexity (TuringAdvice §5 selects
+    # models by validation perplexity).
+    metric_fn=metrics.perplexity_metric_fn,
     tfds=TfdsSource("reddit_advice2019:1.0.0", {s: s for s in SPLITS},
                     preprocessors.from_tfds_advice),
 )
@@ -224,19 +337,20 @@ TIMEDIAL_CLOZE = TaskFamily(
     quickstart_files={"timedial": {"test": "timedial_test.json"}},
     steps=(),  # each scope's own: its variant
     metric_fn=metrics.timedial_metric_fn,
-    tfds=TfdsSource("timedial:1.0.0", {"test": "test"}, preprocessors.from_tfds_timedial),
+    tfds=TfdsSource("timedial:1.1.0", {"test": "test"}, preprocessors.from_tfds_timedial),
     variants={scope: {"steps": (functools.partial(preprocessors.timedial_inputs, scope=scope),)}
               for scope in preprocessors.TIMEDIAL_SCOPES},
 )
-# Unlabeled dialogs have no TFDS builder: files only.
+# Unlabeled dialogs have no TFDS builder: files only. The `timedial` files are read to leave
+# their dialogs out of training.
 TIMEDIAL_WEAK_SUPERVISION = TaskFamily(
     name="timedial_weak_supervision",
     examples=weak_supervision_examples,
     signature=SIGNATURES["dialog"],
-    splits=("train",),
-    # TimeDial's own dialogs stand in for unlabeled ones in the demo only; bind real
-    # dialogs (JSON lines of {"id", "conversation"}) for training.
-    quickstart_files={"dialogs": {"train": "timedial_test.json"}},
+    splits=("train", "validation"),
+    # Hand-written dialogs for the demo; bind real ones (JSON lines of {"id", "conversation"}).
+    quickstart_files={"dialogs": {"all": "timedial_unlabeled_dialogs.jsonl"},
+                      "timedial": {"test": "timedial_test.json"}},
     steps=(functools.partial(preprocessors.timedial_inputs, scope="full"),),
     metric_fn=metrics.timedial_metric_fn,
 )
@@ -265,6 +379,18 @@ SUMMARIZE_FEEDBACK_PREFERENCE = TaskFamily(
                     {"train": "train", "validation": "valid1", "test": "valid2"},
                     preprocessors.from_tfds_summaries),
 )
+# Supervised fine-tuning on TL;DR references (B.1: "supervised baselines"): a generation task,
+# inputs the query, targets the reference. Files only (no TFDS builder).
+SUMMARIZE_FEEDBACK_SFT = TaskFamily(
+    name="summarize_feedback_sft",
+    examples=sft_examples,
+    signature=SIGNATURES["summary"],
+    splits=SPLITS,
+    quickstart_files={"summarize_feedback": {"all": "summarize_comparisons.jsonl"},
+                      "summarize_references": {"all": "summarize_references.jsonl"}},
+    steps=(preprocessors.summary_inputs,),
+    metric_fn=metrics.perplexity_metric_fn,
+)
 _HEAP_QUICKSTART_FILES = {"turingadvice": {"all": "turingadvice_eval.jsonl"},
                           "tellmewhy": {"all": "tellmewhy_test_caters_sample.csv"}}
 HEAP = TaskFamily(
@@ -285,4 +411,4 @@ HEAP = TaskFamily(
 )
 
 FAMILIES = (TURINGADVICE_GENERATION, TIMEDIAL_CLOZE, TIMEDIAL_WEAK_SUPERVISION, ASQ_INTENT_CLOZE,
-            SUMMARIZE_FEEDBACK_PREFERENCE, HEAP)
+            SUMMARIZE_FEEDBACK_PREFERENCE, SUMMARIZE_FEEDBACK_SFT, HEAP)

@@ -10,14 +10,17 @@ import datetime
 import re
 from typing import Callable, Mapping, Sequence
 
+import gin
 import seqio
 import tensorflow as tf
 
-# The T5 sentinel that replaces TimeDial's <MASK>; a SentencePiece vocabulary with extra ids
-# encodes it as one token, ByteVocabulary as its bytes.
+# The T5 sentinels around TimeDial's masked span: the first replaces <MASK> in the dialog; the
+# tasks' vocabulary (t5_tasks.vocab) encodes each as its one sentinel id.
 SENTINEL = "<extra_id_0>"
+END_SENTINEL = "<extra_id_1>"
 MASK = "<MASK>"
 TIMEDIAL_SCOPES = ("full", "local", "target")
+TIMEDIAL_TARGET_FORMATS = ("span_corruption", "plain")
 
 
 def _text(value) -> str:
@@ -67,31 +70,72 @@ def advice_inputs_text(subreddit: str, created_utc: int, title: str, situation: 
                                 count_tokens, max_tokens)
 
 
-def dialog_context(conversation: Sequence[str], mask_turn: int, scope: str) -> str:
+def dialog_context(conversation: Sequence[str], mask_turn: int, scope: str,
+                   count_tokens: Callable[[str], int] | None = None,
+                   max_tokens: int | None = None) -> str:
   """The dialog text a TimeDial model sees, with <MASK> turned into the sentinel.
 
   full: every turn; local: the turns just before and after the masked turn, and it;
-  target: the masked turn only.
+  target: the masked turn only (TimeDial §4.2). A context longer than `max_tokens` loses whole
+  turns, the one farthest from the masked turn first (the earlier of two as far), so that the
+  end-of-input truncation never cuts the masked span away; a masked turn too long alone loses
+  words from its ends, the end farther from the mask first.
   """
   if scope not in TIMEDIAL_SCOPES:
     raise ValueError(f"unknown TimeDial scope {scope!r}; expected one of {TIMEDIAL_SCOPES}")
   if not 0 <= mask_turn < len(conversation) or MASK not in conversation[mask_turn]:
     raise ValueError(f"turn {mask_turn} of a {len(conversation)}-turn dialog holds no {MASK}")
-  if scope == "full":
-    turns = conversation
-  elif scope == "local":
-    turns = conversation[max(0, mask_turn - 1):mask_turn + 2]
-  else:
-    turns = conversation[mask_turn:mask_turn + 1]
-  return "\n".join(turns).replace(MASK, SENTINEL)
+  first, last = {"full": (0, len(conversation) - 1),
+                 "local": (max(0, mask_turn - 1), min(len(conversation) - 1, mask_turn + 1)),
+                 "target": (mask_turn, mask_turn)}[scope]
+  text = lambda: "\n".join(conversation[first:last + 1]).replace(MASK, SENTINEL)
+  while max_tokens is not None and first < last and count_tokens(text()) > max_tokens:
+    if mask_turn - first >= last - mask_turn:
+      first += 1
+    else:
+      last -= 1
+  if max_tokens is None or count_tokens(text()) <= max_tokens:
+    return text()
+  # The masked turn alone is too long: words go from its ends, the end farther from the mask first.
+  words = text().split(" ")
+  at = next(i for i, word in enumerate(words) if SENTINEL in word)
+  while len(words) > 1 and count_tokens(" ".join(words)) > max_tokens:
+    if at >= len(words) - 1 - at:
+      del words[0]
+      at -= 1
+    else:
+      del words[-1]
+  return " ".join(words)
+
+
+NEWS_FORMATS = ("supervised", "transfer")
+
+
+@gin.configurable
+def news_format(setting: str = "supervised") -> str:
+  """How a CNN/DM article (a record without subreddit) is queried; Stiennon et al. Table 4 (B.2).
+
+  'supervised': `Article: {article}\n\nTL;DR:`, the format of a model trained on CNN/DM;
+  'transfer': `{article}\n\nTL;DR:`, a TL;DR model applied to news. Asked when a dataset is
+  built, as `vocab.get_vocabulary`: the tasks register at import, before gin parses.
+  """
+  if setting not in NEWS_FORMATS:
+    raise ValueError(f"news_format.setting must be one of {NEWS_FORMATS}, got {setting!r}")
+  return setting
 
 
 def summary_inputs_text(subreddit: str, title: str, post: str,
-                        count_tokens: Callable[[str], int], max_tokens: int | None) -> str:
-  """Stiennon et al.'s query, the post cut at its last newline (else word) that fits."""
+                        count_tokens: Callable[[str], int], max_tokens: int | None,
+                        news: str = "supervised") -> str:
+  """Stiennon et al.'s query (Table 4, B.2), the post cut at its last newline (else word) that fits.
+
+  A Reddit post: `SUBREDDIT: r/{subreddit}\n\nTITLE: {title}\n\nPOST: {post}\n\nTL;DR:`;
+  a news article (no subreddit) in the `news` format of `news_format`.
+  """
   def build(body):
-    fields = [("SUBREDDIT", f"r/{subreddit}" if subreddit else ""), ("TITLE", title),
-              ("POST", body)]  # news articles come without subreddit and title
+    if not subreddit:
+      return f"{'Article: ' if news == 'supervised' else ''}{body}\n\nTL;DR:"
+    fields = [("SUBREDDIT", f"r/{subreddit}"), ("TITLE", title), ("POST", body)]
     return "".join(f"{name}: {value}\n\n" for name, value in fields if value) + "TL;DR:"
   post = post.strip()
   if max_tokens is None or count_tokens(build(post)) <= max_tokens:
@@ -135,13 +179,37 @@ def advice_inputs(ex, sequence_length, output_features):
                                           ex["selftext"]])}
 
 
+@gin.configurable
+def timedial_target_format(target_format: str = "span_corruption") -> str:
+  """How TimeDial candidates are written; read when a dataset is built (tasks register first).
+
+  TimeDial §4.1.3 scores the masked span with T5, normalised by the span's length. With
+  'span_corruption' each candidate is laid out as T5's pre-training targets:
+  `<extra_id_0>{span}<extra_id_1>`, i.e. [sentinel 0, span tokens, sentinel 1, EOS] once
+  tokenized, and the scorer reads the tokens strictly between the two sentinels. 'plain' is
+  the span text alone, then EOS.
+  """
+  if target_format not in TIMEDIAL_TARGET_FORMATS:
+    raise ValueError(f"unknown TimeDial target format {target_format!r}; expected one of "
+                     f"{TIMEDIAL_TARGET_FORMATS}")
+  return target_format
+
+
 @seqio.map_over_dataset
-def timedial_inputs(ex, scope: str):
-  """seqio step: a masked dialog -> `inputs` in the given scope, `targets` a correct option."""
+def timedial_inputs(ex, scope: str, sequence_length, output_features):
+  """seqio step: a masked dialog -> `inputs` in the given scope (turns far from the mask dropped
+  to fit the inputs length), candidates in the configured `timedial_target_format`, `targets`
+  the first correct one."""
   dialog_context([MASK], 0, scope)  # runs when the map is traced: a bad scope fails at once
+  count = token_counter(output_features["inputs"].vocabulary)
+  max_tokens = _max_text_tokens(sequence_length)
+  candidates = tf.strings.strip(ex["candidates"])  # as the reader does, for prepared TFDS data
+  if timedial_target_format() == "span_corruption":
+    candidates = tf.strings.join([SENTINEL, candidates, END_SENTINEL])
 
   def fn(conversation, mask_turn):
-    return dialog_context([_text(t) for t in conversation], int(mask_turn), scope)
+    return dialog_context([_text(t) for t in conversation], int(mask_turn), scope, count, max_tokens)
+  ex = {**ex, "candidates": candidates}
   return {**ex, "inputs": _py_string(fn, [ex["conversation"], ex["mask_turn"]]),
           "targets": first_correct(ex)}
 
@@ -151,9 +219,10 @@ def summary_inputs(ex, sequence_length, output_features):
   """seqio step: a summarize-from-feedback post -> the `SUBREDDIT: … TL;DR:` query."""
   count = token_counter(output_features["inputs"].vocabulary)
   max_tokens = _max_text_tokens(sequence_length)
+  news = news_format()  # the gin setting, as the dataset is built
 
   def fn(subreddit, title, post):
-    return summary_inputs_text(_text(subreddit), _text(title), _text(post), count, max_tokens)
+    return summary_inputs_text(_text(subreddit), _text(title), _text(post), count, max_tokens, news)
   return {**ex, "inputs": _py_string(fn, [ex["subreddit"], ex["title"], ex["post"]]),
           "targets": first_correct(ex)}
 
@@ -185,7 +254,7 @@ def tokenize(ex, output_features, copy_pretokenized: bool = True):
   """seqio.preprocessors.tokenize that also handles rank-2 (candidate list) string features.
 
   Each candidate is encoded on its own: ByteVocabulary's encode_tf needs equal-length
-  strings when given a vector.
+  strings when given a vector, and the tasks' vocabulary reads sentinel markup in scalars.
   """
   ex = dict(ex)
   for key, feature in output_features.items():

@@ -134,7 +134,8 @@ class ReaderSource(seqio.FunctionDataSource):
         report = families.READ_REPORTS.get(os.path.abspath(path))
         files.append({**file_record(dataset, key, path),
                       "records_read": None if report is None else report.read,
-                      "records_skipped": None if report is None else report.skipped})
+                      "records_skipped": None if report is None else report.skipped,
+                      "records_normalised": None if report is None else dict(report.normalised)})
     return {"files": files, "examples": examples}
 
 

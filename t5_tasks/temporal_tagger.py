@@ -2,16 +2,23 @@
 
 The tagger finds durations ("two and a half hours"), clock times ("7:30 pm"), dates
 ("May 5th, 2019"), ages ("twenty-five years old") and frequencies ("twice a week"), written
-with numerals or number words. Weak supervision (TimeDial, Qin et al. 2021) masks each tagged
-span of an unlabeled dialog and uses the other spans of that dialog as negatives.
+with numerals or number words. Weak supervision as TimeDial §4.1.1 makes it (Qin et al. 2021):
+each tagged span of an unlabeled dialog is masked in turn, and 3 negatives are drawn at random
+from the dialog's other spans (Table 4); dialogs are split into train and validation, and those
+that are TimeDial test dialogs are left out.
 """
+import collections
 import dataclasses
+import hashlib
+import random
 import re
 from typing import Iterable, Sequence
 
 from t5_tasks.sources import records
 
 MASK = "<MASK>"
+NUM_NEGATIVES = 3  # per positive, as TimeDial's Table 4
+VALIDATION_FRACTION = 0.1  # of the dialogs, chosen by a seeded hash of their ids
 
 _SMALL = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
           "fourteen fifteen sixteen seventeen eighteen nineteen").split()
@@ -96,23 +103,23 @@ class MaskedDialog:
 
 
 def weak_supervision_items(dialog_id: str, conversation: Sequence[str], *,
-                           max_negatives: int = 3) -> list[MaskedDialog]:
-  """One item per tagged span: the span masked, other spans of the dialog as negatives.
+                           num_negatives: int = NUM_NEGATIVES, seed: int = 0) -> list[MaskedDialog]:
+  """One item per tagged span: the span masked, up to `num_negatives` of the dialog's other
+  spans drawn at random as negatives (seeded by `seed` and the dialog's id, so reproducible).
 
-  Negatives of the masked span's own category come first (they are the hard ones), then
-  the others in dialog order; a span whose text repeats the answer is never a negative.
+  A span whose text repeats the answer (case-insensitive) is never a negative, nor are two
+  negatives the same text; a span without any other span to draw from makes no item.
   """
   tagged = [(turn, span) for turn, text in enumerate(conversation) for span in tag(text)]
+  rng = random.Random(f"{seed}/{dialog_id}")
   items = []
   for turn, span in tagged:
-    answer = span.text.lower()
-    others, seen = [], {answer}
+    pool, seen = [], {span.text.lower()}
     for _, other in tagged:
       if other.text.lower() not in seen:
         seen.add(other.text.lower())
-        others.append(other)
-    others.sort(key=lambda other: other.category != span.category)
-    negatives = others[:max_negatives]
+        pool.append(other)
+    negatives = rng.sample(pool, min(num_negatives, len(pool)))
     if not negatives:
       continue
     masked = list(conversation)
@@ -125,6 +132,64 @@ def weak_supervision_items(dialog_id: str, conversation: Sequence[str], *,
         candidate_labels=(1,) + (0,) * len(negatives),
         candidate_rules=("",) + tuple(f"weak/{n.category}" for n in negatives)))
   return items
+
+
+def split_by_dialog(dialog_ids: Iterable[str], *, validation_fraction: float = VALIDATION_FRACTION,
+                    seed: int = 0) -> dict[str, str]:
+  """Dialog id -> "train" or "validation": the `validation_fraction` of the dialogs (rounded; at
+  least one of two or more) whose seeded hash is lowest, so every item of a dialog stays in one."""
+  order = sorted(set(dialog_ids), key=lambda i: hashlib.sha256(f"{seed}/{i}".encode()).digest())
+  size = round(validation_fraction * len(order))
+  if validation_fraction > 0 and len(order) > 1:
+    size = max(1, size)
+  return {dialog_id: "validation" if k < size else "train" for k, dialog_id in enumerate(order)}
+
+
+def _words(text: str) -> str:
+  """Lower-case words and numbers only: "A:We'll  leave at 6 p.m ." -> "a we ll leave at 6 p m"."""
+  return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def normalise_turn(turn: str) -> str:
+  """A turn's words without its speaker tag ("A:", "B :")."""
+  return _words(re.sub(r"^\s*[A-Za-z]\s*:", "", turn))
+
+
+class TimeDialTestDialogs:
+  """TimeDial test dialogs, to recognise an unlabeled dialog that is one of them.
+
+  A dialog is a test dialog when, after `normalise_turn`, it holds every turn of the test item
+  but the masked one, and a turn that reads as the masked one with any span in place of <MASK>
+  (the unlabeled copy has the original span there, or another).
+  """
+
+  def __init__(self, conversations: Iterable[Sequence[str]]):
+    self._keys = []  # (other turns, masked turn's words before <MASK>, after it)
+    self._by_turn = collections.defaultdict(set)  # a normalised turn -> keys holding it
+    for conversation in conversations:
+      mask = next(i for i, turn in enumerate(conversation) if MASK in turn)
+      before, _, after = conversation[mask].partition(MASK)
+      others = frozenset(filter(None, (normalise_turn(t) for i, t in enumerate(conversation)
+                                       if i != mask)))
+      if not others:
+        continue  # a lone masked turn says too little to recognise its dialog
+      for turn in others:
+        self._by_turn[turn].add(len(self._keys))
+      self._keys.append((others, normalise_turn(before), _words(after)))
+
+  def __len__(self):
+    return len(self._keys)
+
+  def __contains__(self, conversation: Sequence[str]) -> bool:
+    turns = [normalise_turn(t) for t in conversation]
+    present = set(turns)
+    for key in set().union(*(self._by_turn.get(t, ()) for t in present)):
+      others, before, after = self._keys[key]
+      if others <= present and any(
+          t.startswith(before) and t.endswith(after) and len(t) > len(before) + len(after)
+          for t in turns):
+        return True
+    return False
 
 
 def read_dialogs(path, *, skip_invalid: bool = False):
@@ -140,7 +205,14 @@ def read_dialogs(path, *, skip_invalid: bool = False):
                               skip_invalid=skip_invalid, unique_id=lambda d: d[0])
 
 
-def weak_supervision_from_dialogs(dialogs: Iterable[tuple[str, Sequence[str]]],
-                                  **kwargs) -> list[MaskedDialog]:
-  return [item for dialog_id, turns in dialogs
-          for item in weak_supervision_items(dialog_id, turns, **kwargs)]
+def weak_supervision_splits(dialogs: Iterable[tuple[str, Sequence[str]]], *,
+                            validation_fraction: float = VALIDATION_FRACTION, seed: int = 0,
+                            **kwargs) -> dict[str, list[MaskedDialog]]:
+  """{"train": items, "validation": items} of `dialogs`, split by dialog (`split_by_dialog`)."""
+  dialogs = list(dialogs)
+  splits = split_by_dialog((dialog_id for dialog_id, _ in dialogs),
+                           validation_fraction=validation_fraction, seed=seed)
+  out = {"train": [], "validation": []}
+  for dialog_id, turns in dialogs:
+    out[splits[dialog_id]].extend(weak_supervision_items(dialog_id, turns, seed=seed, **kwargs))
+  return out

@@ -37,10 +37,19 @@ class RecordError(ValueError):
 
 @dataclasses.dataclass
 class ReadReport:
+  """What reading one file gave; `normalised` counts the release's known quirks a reader fixed
+  (what was fixed -> how many times), so that the user is told of them."""
   path: str
   read: int = 0
   skipped: int = 0
   errors: list[RecordError] = dataclasses.field(default_factory=list)
+  normalised: dict[str, int] = dataclasses.field(default_factory=dict)
+
+  def summary(self) -> str:
+    line = f"{self.path}: {self.read} records read, {self.skipped} skipped"
+    if self.normalised:
+      line += "; normalised: " + ", ".join(f"{n} {what}" for what, n in self.normalised.items())
+    return line
 
 
 def _describe(value: Any) -> str:

@@ -71,6 +71,10 @@ class _ManualBuilder(tfds.core.GeneratorBasedBuilder):
 class Timedial(_ManualBuilder):
   """TimeDial: four options (two correct) for a masked temporal expression in a dialog."""
   name = "timedial"
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {"1.0.0": "The released items as read.",
+                   "1.1.0": "Normalised as read_timedial reads them: options stripped, a space after "
+                            "each speaker tag, empty trailing turns dropped."}
   MANUAL_DOWNLOAD_INSTRUCTIONS = ("Put TimeDial's test.json in manual_dir as timedial_test*.json or "
                                   "timedial/test*.json.")
   FILES = {"test": ("**/timedial_test*.json", "**/timedial/test*.json")}

@@ -118,6 +118,9 @@ def test_span_corruption_scores_only_the_span_tokens(hf_and_ours):
   plain = np.asarray([[[5, 9, 1, 0]]])
   assert np.asarray(span_score_mask(plain, first_sentinel)).tolist() == [[[True, True, True, False]]]
   assert np.asarray(span_score_mask(plain, None)).tolist() == [[[True, True, True, False]]]
+  # A span cut short before its closing sentinel (then EOS): EOS is not part of the span.
+  cut = np.asarray([[[s0, 5, 9, 1]]])
+  assert np.asarray(span_score_mask(cut, first_sentinel)).tolist() == [[[False, True, True, False]]]
 
 
 def test_every_normalisation_matches_hf(hf_and_ours):

@@ -55,7 +55,7 @@ def test_evaluating_a_later_checkpoint_into_the_same_directory_is_refused(tmp_pa
   assert outputs.read_metrics(str(out)) == metrics  # the provenance stays out of the metrics
   assert provenance["checkpoint_step"] == 2 and provenance["params_fingerprint"].startswith("sha256:")
   assert provenance["model_config"]["emb_dim"] == TINY.emb_dim
-  assert provenance["vocabulary"] == {"class": "ByteVocabulary", "size": 259, "model_file": None}
+  assert provenance["vocabulary"] == {"class": "ByteVocabulary", "size": 359, "model_file": None}
   assert provenance["data"][TASK]["files"] == [dict(files[0])]
   assert provenance["scorer"] == "likelihood" and provenance["normalization"] == "token"
   assert "at step 2" in (out / "report.html").read_text()

@@ -26,8 +26,10 @@ def test_import_registers_everything_silently():
   from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top
   expected_tasks = {"turingadvice_generation", "timedial_cloze_full", "timedial_cloze_local",
                     "timedial_cloze_target", "timedial_weak_supervision", "asq_intent_cloze",
-                    "summarize_feedback_preference"} | {f"heap_{c}" for c in heap.HEAP_CRITERIA}
-  tfds_variants = {f"{t}_tfds" for t in expected_tasks - {"timedial_weak_supervision"}}
+                    "summarize_feedback_preference", "summarize_feedback_sft"} | {
+                        f"heap_{c}" for c in heap.HEAP_CRITERIA}
+  files_only = {"timedial_weak_supervision", "summarize_feedback_sft"}  # no TFDS builder
+  tfds_variants = {f"{t}_tfds" for t in expected_tasks - files_only}
   assert set(result["tasks"]) == expected_tasks | tfds_variants
   expected_mixtures = {"generation_and_cloze", "heap_multitask", "quickstart",
                        "heap_cluster_context", "heap_cluster_no_context",

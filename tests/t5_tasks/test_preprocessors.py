@@ -126,3 +126,21 @@ def test_candidates_to_numpy_pads_items_and_candidates():
   assert fixed["candidate_ids"].shape == (2, 3, 2)
   with pytest.raises(ValueError, match="example 0: 2 candidates, more than max_candidates=1"):
     batching.candidates_to_numpy(examples, max_candidates=1)
+
+
+def test_dialog_context_drops_the_turns_farthest_from_the_mask_to_fit():
+  turns = ["A: one", "B: two", "A: three <MASK> here", "B: four", "A: five", "B: six"]
+  count = len  # characters stand in for tokens
+  full = preprocessors.dialog_context(turns, 2, "full")
+  assert preprocessors.dialog_context(turns, 2, "full", count, len(full)) == full
+  # Farthest first: "B: six" (3 away), then "A: five" and "A: one" (2 away; the earlier first).
+  expected = ["A: one\nB: two\nA: three <extra_id_0> here\nB: four\nA: five",
+              "B: two\nA: three <extra_id_0> here\nB: four\nA: five",
+              "B: two\nA: three <extra_id_0> here\nB: four"]
+  for text in expected:
+    assert preprocessors.dialog_context(turns, 2, "full", count, len(text)) == text
+  # A masked turn too long alone loses words from its ends, the end farther from the mask first.
+  # (as far: the earlier word first).
+  assert preprocessors.dialog_context(turns, 2, "local", count, 23) == "three <extra_id_0> here"
+  assert preprocessors.dialog_context(turns, 2, "local", count, 22) == "<extra_id_0> here"
+  assert preprocessors.dialog_context(turns, 2, "local", count, 12) == "<extra_id_0>"

@@ -18,6 +18,7 @@ import t5_tasks  # pylint: disable=unused-import  (registers the tasks)
 from t5_tasks import families
 from t5_tasks import preprocessors
 from t5_tasks import tasks
+from t5_tasks import vocab as task_vocab
 from t5_tasks.sources import heap
 from t5_tasks.sources import records
 from tests.conftest import PROJECT_ROOT
@@ -80,7 +81,7 @@ def _rows(candidates):
 
 
 def _check_candidates(ex):
-  vocab = seqio.ByteVocabulary()
+  vocab = task_vocab.ConfiguredVocabulary()  # bytes, sentinel markup as sentinel ids
   texts = [t.decode() for t in ex["candidates_pretokenized"]]
   rows = _rows(ex["candidates"])
   assert len(rows) == len(texts) == len(ex["candidate_labels"]) >= 1
@@ -159,8 +160,10 @@ def test_timedial_candidates_are_both_correct_then_both_incorrect():
                                              .read_text())}
   for ex in task_examples("timedial_cloze_target", "test"):
     item = raw[ex["id"].decode()]
+    # The default target format: T5's span-corruption layout around each stripped option.
     assert [c.decode() for c in ex["candidates_pretokenized"]] == [
-        item["correct1"], item["correct2"], item["incorrect1"], item["incorrect2"]]
+        f"{preprocessors.SENTINEL}{item[key].strip()}{preprocessors.END_SENTINEL}"
+        for key in ("correct1", "correct2", "incorrect1", "incorrect2")]
     assert list(ex["candidate_labels"]) == [1, 1, 0, 0]
     assert [r.decode() for r in ex["candidate_rules"]] == [
         "", "", item["incorrect1_rule"], item["incorrect2_rule"]]
