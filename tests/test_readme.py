@@ -331,10 +331,16 @@ def check_evaluation(ws: Workspace, command: str, result, output_dir: str | None
              if task != "provenance"}  # how the numbers were made: checkpoint, config, data
   predictions = [json.loads(line) for line in (output / "predictions.jsonl").read_text().splitlines()]
   assert metrics and {p["task"] for p in predictions} == set(metrics)
-  assert all(len(p["scores"]) >= 2 and all(map(math.isfinite, p["scores"])) for p in predictions)
+  assert all(p["scores"] and all(map(math.isfinite, p["scores"])) for p in predictions)
+  # Ranking tasks score their candidates; a generation task its one reference (loss, perplexity).
+  generation = {task for task, by_name in metrics.items() if "perplexity" in by_name}
+  assert all(len(p["scores"]) >= 2 for p in predictions if p["task"] not in generation)
   for task, by_name in metrics.items():
     for name, e in by_name.items():
-      assert 0 <= e["low"] <= e["value"] <= e["high"] <= 1, (task, name, e)
+      upper = math.inf if name in ("loss", "perplexity") else 1
+      assert 0 <= e["low"] <= e["value"] <= e["high"] <= upper, (task, name, e)
+    if task in generation:
+      assert by_name["perplexity"]["value"] == pytest.approx(math.exp(by_name["loss"]["value"]))
   assert "<html" in (output / "report.html").read_text().lower()
 
 

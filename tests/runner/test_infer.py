@@ -164,31 +164,3 @@ def test_infer_gin_generates_for_a_situations_file(model, tmp_path):
   assert all(line["inputs"].startswith("Subreddit: r/Advice\nDate: ") for line in lines)
 
 
-def test_best_of_n_keeps_the_sample_the_reward_model_prefers(model, tmp_path):
-  from models import reward as reward_lib
-  path, params = model
-  reward_params = reward_lib.init_reward_params(CONFIG, jax.random.PRNGKey(9), params)
-  checkpoints.save_params(str(tmp_path / "rm" / "params"), reward_params)
-  checkpoints.write_model_config(str(tmp_path / "rm"), CONFIG)
-  source = tmp_path / "situations.jsonl"
-  source.write_text("".join(json.dumps(s) + "\n" for s in _situations()[:BATCH]))
-  format_inputs = lambda s: s["title"]
-  out = infer.infer(checkpoint_path=path, output_file=str(tmp_path / "best.jsonl"),
-                    task_feature_lengths=LENGTHS, input_file=str(source), batch_size=BATCH, num_samples=3,
-                    seed=2, format_inputs=format_inputs, vocabulary=VOCAB,
-                    reward_checkpoint_path=str(tmp_path / "rm"))
-  lines = _lines(out)
-  # The samples again by hand, and the reward model's score of each: the line keeps the argmax.
-  ids = infer.encode_inputs(VOCAB, [format_inputs(s) for s in _situations()[:BATCH]], LENGTHS["inputs"])
-  samples = decoding.sample(CONFIG, params, ids, jax.random.fold_in(jax.random.PRNGKey(2), 0),
-                            max_length=LENGTHS["targets"], num_samples=3, top_p=0.95)
-  rewards = np.asarray(reward_lib.reward(CONFIG, reward_params, ids, samples))
-  for row, line in enumerate(lines):
-    assert len(line["predictions"]) == 3
-    np.testing.assert_allclose(line["rewards"], rewards[row], atol=1e-5)
-    assert line["best"] == int(np.argmax(rewards[row]))
-    assert line["kl"] == pytest.approx(np.log(3) - 2 / 3)
-  with pytest.raises(ValueError, match="has no 'reward_head': train it with OBJECTIVE='pairwise'"):
-    infer.infer(checkpoint_path=path, output_file=str(tmp_path / "x"), task_feature_lengths=LENGTHS,
-                input_file=str(source), format_inputs=format_inputs, vocabulary=VOCAB,
-                reward_checkpoint_path=path)

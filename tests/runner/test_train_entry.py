@@ -27,13 +27,16 @@ TINY = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=12
 STEPS = 8
 
 
-def numbered_batches(start, signal_at=None, signal_number=None):
-  """Batch i is a fixed function of i; the process signals itself when fetching batch `signal_at`."""
+def numbered_batches(start, signal_at=None, signal_number=None, committed=None):
+  """Batch i is a fixed function of i; the process signals itself when fetching batch `signal_at`,
+  once the checkpoint directory `committed` exists (the asynchronous save of the last checkpoint
+  has committed: a loaded machine can take seconds)."""
   index = start
   while True:
     if index == signal_at:
-      if signal_number == signal.SIGKILL:
-        time.sleep(1.0)  # lets the asynchronous save of the last checkpoint commit first
+      deadline = time.time() + 120
+      while committed and not os.path.isdir(committed) and time.time() < deadline:
+        time.sleep(0.05)
       os.kill(os.getpid(), signal_number)
     rng = np.random.default_rng(index)
     yield {"input_ids": rng.integers(3, 300, (4, 10)).astype(np.int32),
@@ -53,7 +56,9 @@ def run(model_dir, signal_at=None, signal_number=None, nan_from_update=None, sav
   result = train.train(model_config=TINY, train_steps=STEPS, batch_size=4, model_dir=str(model_dir),
                        checkpoint_every=3, keep_checkpoints=keep, log_every=4,
                        optimizer=optax.adafactor(learning_rate),
-                       batch_source=lambda start: numbered_batches(start, signal_at, signal_number))
+                       batch_source=lambda start: numbered_batches(
+                           start, signal_at, signal_number,
+                           committed=os.path.join(str(model_dir), "checkpoints", "3") if signal_at else None))
   if save_params_to:
     flat = jax.tree_util.tree_flatten_with_path(jax.device_get(result.params))[0]
     np.savez(save_params_to, **{jax.tree_util.keystr(path): value for path, value in flat})

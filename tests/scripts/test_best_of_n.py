@@ -1,6 +1,6 @@
 """Best-of-N TL;DR summaries end to end, as a user runs them (Stiennon et al. 2020, §4.1).
 
-One tiny pairwise run on the quickstart comparisons is both models: its reward head is the reward
+One tiny pairwise run on the quickstart comparisons (in this process) is both models: its reward head is the reward
 model (normalised on the quickstart references at the end of training), its transformer the
 policy (a few steps of either objective only need to be a model that samples). Then
 `python -m scripts.generate` with the best_of_n recipe; each line is checked against an
@@ -20,6 +20,7 @@ import pytest
 
 from models import decoding
 from models import reward as reward_lib
+from models.config import T5Config
 from runner import checkpoints
 from runner import partitioning
 from runner import reward_normalization
@@ -28,7 +29,6 @@ from tests.helpers.processes import script_env
 
 N = 3
 INPUT_LENGTH, MAX_LENGTH, BATCH = 256, 16, 2
-LENGTHS = f"{{'inputs': {INPUT_LENGTH}, 'targets': 128}}"
 
 
 def _run(args, env):
@@ -38,18 +38,26 @@ def _run(args, env):
   return result.stdout
 
 
+# gin/models/t5_1_1/tiny.gin's model, so that scripts.generate's model file agrees with the checkpoint.
+TINY = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128, num_encoder_layers=2,
+                num_decoder_layers=2, mlp_activations=("gelu", "linear"), dropout_rate=0.0, dtype="float32",
+                logits_via_embedding=False)
+
+
 @pytest.fixture(scope="module")
 def best_of_n(tmp_path_factory):
   """(model dir, output lines, stdout of scripts.generate)."""
+  import t5_tasks  # pylint: disable=g-import-not-at-top,unused-import  # registers the tasks
+  from runner import train as train_lib  # pylint: disable=g-import-not-at-top
   directory = tmp_path_factory.mktemp("best_of_n")
-  # The run's compilation cache (tests/conftest.py): the subprocesses compile each program once.
-  env = script_env(os.environ.get("JAX_COMPILATION_CACHE_DIR") or directory / "jax_cache")
   model_dir = directory / "run"
-  _run(["scripts.train", "--gin_file=gin/models/t5_1_1/tiny.gin", "--gin_file=gin/runs/finetune.gin",
-        "--gin.MIXTURE_OR_TASK_NAME='summarize_feedback_preference'", "--gin.OBJECTIVE='pairwise'",
-        f"--gin.MODEL_DIR='{model_dir}'", "--gin.TRAIN_STEPS=5", "--gin.BATCH_SIZE=4",
-        f"--gin.TASK_FEATURE_LENGTHS={LENGTHS}",
-        "--gin_bindings=train.train.normalize_reward_task = 'summarize_feedback_sft'"], env)
+  # Training is tested elsewhere (as scripts.train); here it makes the models, in this process.
+  train_lib.train(model_config=TINY, mixture_or_task_name="summarize_feedback_preference",
+                  objective="pairwise", task_feature_lengths={"inputs": INPUT_LENGTH, "targets": 128},
+                  train_steps=3, batch_size=4, model_dir=str(model_dir), log_every=1000,
+                  normalize_reward_task="summarize_feedback_sft")
+  # The run's compilation cache (tests/conftest.py): the resampling below finds generate's programs.
+  env = script_env(os.environ.get("JAX_COMPILATION_CACHE_DIR") or directory / "jax_cache")
   output = directory / "best_of_n.jsonl"
   stdout = _run(["scripts.generate", "--gin_file=gin/models/t5_1_1/tiny.gin", "--gin_file=gin/runs/infer.gin",
                  "--gin_file=gin/recipes/summarize_from_feedback/best_of_n.gin",
@@ -143,3 +151,17 @@ def test_the_reward_model_was_normalised_at_the_end_of_training(best_of_n):
   np.testing.assert_allclose(normalized[reward_lib.HEAD]["bias"], np.asarray(trained[reward_lib.HEAD]["bias"])
                              - record["offset"], atol=1e-6)
   np.testing.assert_array_equal(normalized[reward_lib.HEAD]["kernel"], trained[reward_lib.HEAD]["kernel"])
+
+
+def test_a_reward_checkpoint_without_a_reward_head_is_refused(best_of_n, tmp_path):
+  from runner import infer  # pylint: disable=g-import-not-at-top
+  model_dir, _, _ = best_of_n
+  policy = tmp_path / "policy"
+  checkpoints.save_params(str(policy / "params"), {k: v for k, v in checkpoints.load_params(str(model_dir))[1].items()
+                                                   if k != reward_lib.HEAD})
+  checkpoints.write_model_config(str(policy), TINY)
+  with pytest.raises(ValueError, match="has no 'reward_head': train it with OBJECTIVE='pairwise'"):
+    infer.infer(checkpoint_path=str(model_dir), output_file=str(tmp_path / "x"),
+                task_feature_lengths={"inputs": INPUT_LENGTH, "targets": MAX_LENGTH},
+                mixture_or_task_name="summarize_feedback_sft", split="validation",
+                reward_checkpoint_path=str(policy))

@@ -197,9 +197,12 @@ def test_the_generation_recipe_samples_as_the_paper_does(monkeypatch, tmp_path):
 def test_the_recipes_use_t5s_sentencepiece_vocabulary():
   """Without the offline override, the recipes read T5's SentencePiece model (lengths are in its
   tokens); the gin command line accepts every recipe as a user passes it."""
-  for files in ([f"{RECIPES}/t5_3b.gin"], [f"{RECIPES}/t5_11b.gin"],
-                ["gin/models/t5_1_1/xxl.gin", f"{RECIPES}/generate.gin"]):
-    parse(files)
+  # With the paths a user must give (MODEL_DIR; CHECKPOINT_PATH and INFER_OUTPUT_FILE to generate).
+  for files, paths in (([f"{RECIPES}/t5_3b.gin"], ["--gin.MODEL_DIR='/runs/a'"]),
+                       ([f"{RECIPES}/t5_11b.gin"], ["--gin.MODEL_DIR='/runs/b'"]),
+                       (["gin/models/t5_1_1/xxl.gin", f"{RECIPES}/generate.gin"],
+                        ["--gin.CHECKPOINT_PATH='/runs/b'", "--gin.INFER_OUTPUT_FILE='/runs/b/advice.jsonl'"])):
+    parse(files, paths)
     assert macro("SENTENCEPIECE_MODEL_PATH") == "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
     assert str(gin.query_parameter("t5_tasks.vocab.get_vocabulary.sentencepiece_model_path")) == \
         "%SENTENCEPIECE_MODEL_PATH"
