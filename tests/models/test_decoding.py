@@ -9,9 +9,8 @@ import pytest
 import torch
 
 from models.checkpoint_import import load_hf_t5
-from models.decoding import best_of_n, best_of_n_kl, choose_tokens, nucleus_mask, sample
+from models.decoding import choose_tokens, nucleus_mask, sample
 from models.network import Transformer, init_cache, shift_right
-from models.reward import init_reward_params, reward
 from tests.models.hf_reference import make_hf_t5, random_ids
 
 
@@ -137,13 +136,3 @@ def _ties_at_edge(logits, allowed):
   return {j for j in range(len(logits)) if abs(logits[j] - edge) < 1e-5}
 
 
-def test_best_of_n_keeps_the_highest_reward(imported):
-  _, config, params = imported
-  reward_params = init_reward_params(config, jax.random.PRNGKey(1), params)
-  input_ids = random_ids(np.random.default_rng(4), (2, 8), config.vocab_size)
-  out = best_of_n(config, params, config, reward_params, input_ids, jax.random.PRNGKey(2), n=5, max_length=10)
-  samples = sample(config, params, input_ids, jax.random.PRNGKey(2), max_length=10, num_samples=5, top_p=0.95)
-  rewards = np.asarray(reward(config, reward_params, input_ids, samples))
-  np.testing.assert_allclose(np.asarray(out["rewards"]), rewards, rtol=1e-6)
-  np.testing.assert_array_equal(np.asarray(out["tokens"]), np.asarray(samples)[np.arange(2), rewards.argmax(1)])
-  assert out["kl"] == pytest.approx(np.log(5) - 4 / 5) and best_of_n_kl(1) == 0.0

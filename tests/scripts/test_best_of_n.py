@@ -3,16 +3,17 @@
 One tiny pairwise run on the quickstart comparisons (in this process) is both models: its reward head is the reward
 model (normalised on the quickstart references at the end of training), its transformer the
 policy (a few steps of either objective only need to be a model that samples). Then
-`python -m scripts.generate` with the best_of_n recipe; each line is checked against an
+scripts.generate's command line with the best_of_n recipe (run in this process, as its
+`__main__` runs it, so that the checks reuse its compiled programs); each line is checked against an
 independent re-sampling (the documented seed scheme) and re-scoring with `models.reward.reward`.
 The checks here read no TensorFlow: the inputs are byte-encoded as ByteVocabulary does.
 """
+import contextlib
+import io
 import json
 import math
 import os
 import re
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -25,17 +26,33 @@ from runner import checkpoints
 from runner import partitioning
 from runner import reward_normalization
 from tests.conftest import PROJECT_ROOT
-from tests.helpers.processes import script_env
 
 N = 3
 INPUT_LENGTH, MAX_LENGTH, BATCH = 256, 16, 2
 
 
-def _run(args, env):
-  result = subprocess.run([sys.executable, "-m", *args], cwd=PROJECT_ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
-  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-  return result.stdout
+def _generate(argv) -> str:
+  """stdout of `python -m scripts.generate ARGV`, run in this process as its `__main__` runs it
+  (absl flags, the rewritten gin arguments, `one_line_errors(main)`), from the project root."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  import gin  # pylint: disable=g-import-not-at-top
+  from scripts import generate as generate_script  # pylint: disable=g-import-not-at-top
+  from scripts import train as train_script  # pylint: disable=g-import-not-at-top
+  if "gin_file" not in flags.FLAGS:
+    train_script.define_flags()
+  flags.FLAGS.unparse_flags()
+  remaining = flags.FLAGS(train_script.rewrite_gin_args(["generate", *argv]))
+  gin.clear_config()
+  out, cwd = io.StringIO(), os.getcwd()
+  try:
+    os.chdir(PROJECT_ROOT)
+    with contextlib.redirect_stdout(out):
+      train_script.one_line_errors(generate_script.main)(remaining)
+  finally:
+    os.chdir(cwd)
+    flags.FLAGS.unparse_flags()
+    gin.clear_config()
+  return out.getvalue()
 
 
 # gin/models/t5_1_1/tiny.gin's model, so that scripts.generate's model file agrees with the checkpoint.
@@ -56,18 +73,16 @@ def best_of_n(tmp_path_factory):
                   objective="pairwise", task_feature_lengths={"inputs": INPUT_LENGTH, "targets": 128},
                   train_steps=3, batch_size=4, model_dir=str(model_dir), log_every=1000,
                   normalize_reward_task="summarize_feedback_sft")
-  # The run's compilation cache (tests/conftest.py): the resampling below finds generate's programs.
-  env = script_env(os.environ.get("JAX_COMPILATION_CACHE_DIR") or directory / "jax_cache")
   output = directory / "best_of_n.jsonl"
-  stdout = _run(["scripts.generate", "--gin_file=gin/models/t5_1_1/tiny.gin", "--gin_file=gin/runs/infer.gin",
-                 "--gin_file=gin/recipes/summarize_from_feedback/best_of_n.gin",
-                 f"--gin.CHECKPOINT_PATH='{model_dir}'", f"--gin.REWARD_CHECKPOINT_PATH='{model_dir}/normalized'",
-                 f"--gin.INFER_OUTPUT_FILE='{output}'", "--gin.SPLIT='validation'", f"--gin.NUM_SAMPLES={N}",
-                 f"--gin.BATCH_SIZE={BATCH}", f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {INPUT_LENGTH}, "
-                 f"'targets': {MAX_LENGTH}}}",
-                 # The recipe's summary lengths are the paper's BPE tokens; quickstart bytes are longer.
-                 "--gin_bindings=t5_tasks.families.reference_filter.min_summary_tokens = None",
-                 "--gin_bindings=t5_tasks.families.reference_filter.max_summary_tokens = None"], env)
+  stdout = _generate([
+      "--gin_file=gin/models/t5_1_1/tiny.gin", "--gin_file=gin/runs/infer.gin",
+      "--gin_file=gin/recipes/summarize_from_feedback/best_of_n.gin",
+      f"--gin.CHECKPOINT_PATH='{model_dir}'", f"--gin.REWARD_CHECKPOINT_PATH='{model_dir}/normalized'",
+      f"--gin.INFER_OUTPUT_FILE='{output}'", "--gin.SPLIT='validation'", f"--gin.NUM_SAMPLES={N}",
+      f"--gin.BATCH_SIZE={BATCH}", f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {INPUT_LENGTH}, 'targets': {MAX_LENGTH}}}",
+      # The recipe's summary lengths are the paper's BPE tokens; quickstart bytes are longer.
+      "--gin_bindings=t5_tasks.families.reference_filter.min_summary_tokens = None",
+      "--gin_bindings=t5_tasks.families.reference_filter.max_summary_tokens = None"])
   lines = [json.loads(line) for line in output.read_text().splitlines()]
   return model_dir, lines, stdout
 
@@ -101,6 +116,7 @@ def test_every_line_holds_n_samples_their_rewards_and_the_best(best_of_n):
   model_dir, lines, stdout = best_of_n
   assert len(lines) == 2  # the quickstart's two validation references
   kl = math.log(N) - (N - 1) / N
+  assert decoding.best_of_n_kl(1) == 0.0  # one sample is the policy itself
   for line in lines:
     assert len(line["predictions"]) == len(line["rewards"]) == N
     assert line["best"] == int(np.argmax(line["rewards"]))
