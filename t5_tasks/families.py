@@ -149,13 +149,19 @@ def _masked_dialog_example(d: temporal_tagger.MaskedDialog) -> dict:
 
 
 def timedial_examples(files: Files) -> Examples:
+  """Four candidates per item, the two correct first; each file's incorrect options are counted
+  by rule on the console (the denominators of `error_rate/<rule>`)."""
   out = {}
   for split, path in files["timedial"].items():
+    items = _read(timedial.read_timedial, path)
+    rules = ", ".join(f"{rule} {n['options']} ({n['items']} items)"
+                      for rule, n in timedial.count_per_rule(items).items())
+    print(f"{path}: {len(items)} TimeDial items; incorrect options by rule: {rules}", flush=True)
     out[split] = [_masked_dialog_example(temporal_tagger.MaskedDialog(
         id=item.id, conversation=item.conversation, mask_turn=item.mask_turn,
         candidates=item.correct + item.incorrect, candidate_labels=(1, 1, 0, 0),
         candidate_rules=("", "") + item.incorrect_rules))
-        for item in _read(timedial.read_timedial, path)]
+        for item in items]
   return out
 
 

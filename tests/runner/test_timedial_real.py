@@ -52,6 +52,11 @@ def test_real_items_scored_by_a_model_and_by_the_baseline_with_the_same_metrics(
                                     checkpoint_path=str(checkpoint), output_dir=str(tmp_path / "model"),
                                     batch_size=40)
   console = capsys.readouterr().out
+  assert (f"{real_timedial}: 400 TimeDial items; incorrect options by rule: "
+          + ", ".join(f"{rule} {n['options']} ({n['items']} items)" for rule, n in rules.items())) in console
+  # The rules counted apart from the reader, from the raw JSON.
+  assert {rule: n["options"] for rule, n in rules.items()} == {
+      rule: sum(item[f"incorrect{k}_rule"] == rule for item in raw for k in (1, 2)) for rule in rules}
   assert "400 records read, 0 skipped, 401 options stripped of surrounding spaces, 400 turns given a " \
          "space after the speaker tag, 23 empty trailing turns dropped" in console
   records = outputs.read_predictions(str(tmp_path / "model" / outputs.PREDICTIONS_FILE))
