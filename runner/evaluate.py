@@ -9,7 +9,8 @@ validation perplexity, as TuringAdvice §5 does). Per item, one JSON line
 the task's metadata. Lines are appended as batches finish, so an interrupted evaluation skips
 the items already written when run again; metrics are computed from the finished file with the
 task's own seqio score metric functions (95% bootstrap intervals), so a resumed run and an
-uninterrupted one give the same `metrics.json`. SIGINT (Ctrl-C) or SIGTERM stops at the end of
+uninterrupted one give the same `metrics.json` (with, given `metric_groups`, each group's average
+over its tasks beside them: HEAP's clusters). SIGINT (Ctrl-C) or SIGTERM stops at the end of
 the batch being scored, its lines written, with `checkpoints.PreemptionGuard.Interrupted` (no
 metrics, no report): scripts/evaluate.py prints its line and exits 130 or 143.
 
@@ -24,7 +25,7 @@ import hashlib
 import json
 import os
 import subprocess
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -222,6 +223,31 @@ def task_metrics(task, records: list[dict]) -> dict:
   return metrics
 
 
+def group_metrics(metrics: Mapping[str, Mapping[str, Mapping[str, float]]],
+                  metric_groups: Mapping[str, Sequence[str]] | None) -> dict:
+  """`{group: {metric: {"value", "low", "high", "tasks"}}}`: per group of tasks, each metric that
+  every evaluated member reports, averaged over them unweighted; `tasks` counts them.
+
+  A group with no evaluated member is left out; members not evaluated are not counted (HEAP
+  Tables 2 and 3 average accuracy over the criteria of a cluster, each criterion once). The
+  interval is the members' bounds averaged: exact if their errors moved together, wider than
+  the group's own otherwise (the members share no items to resample jointly).
+  """
+  out = {}
+  for group, names in (metric_groups or {}).items():
+    if group in metrics:
+      raise ValueError(f"metric group {group!r} is named like a task; groups need their own names")
+    members = [metrics[name] for name in dict.fromkeys(names) if name in metrics]
+    shared = [metric for metric in (members[0] if members else ())
+              if all(metric in member for member in members)]
+    if shared:
+      out[group] = {metric: {**outputs.interval(*(np.mean([m[metric][k] for m in members])
+                                                   for k in ("value", "low", "high"))),
+                             "tasks": len(members)}
+                    for metric in shared}
+  return out
+
+
 def candidate_tasks(mixture_or_task_name: str, split: str):
   """The tasks to score: those of the mixture (or the task) that have `split` and score metrics."""
   import seqio  # pylint: disable=g-import-not-at-top  # runner must import without TensorFlow
@@ -344,15 +370,21 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
              batch_size: int = 32, split: str = "test", normalization: str = "token",
              scorer: str = "likelihood", model_config: T5Config | None = None, mesh_shape=(-1, 1),
              logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached_tasks=False,
-             run_config: str | None = None) -> dict:
+             run_config: str | None = None,
+             metric_groups: Mapping[str, Sequence[str]] | None = None) -> dict:
   """Scores a task or mixture with a checkpoint; writes predictions, metrics.json and report.html.
 
-  Returns the metrics (`{task: {metric: {"value", "low", "high"}}}`). On SIGINT or SIGTERM it
+  Returns the metrics (`{task or group: {metric: {"value", "low", "high"}}}`). On SIGINT or SIGTERM it
   stops after the batch being scored and raises `checkpoints.PreemptionGuard.Interrupted` saying
   how many items predictions.jsonl holds; calling it again resumes. Runs on one host, the
   model and batches sharded over its devices by `mesh_shape` (data, model) and the rules, every
   scoring call inside the mesh and the rules. `run_config` (the gin configuration's text) is
   written to `output_dir/config.gin`. scripts/evaluate.py calls it through gin (gin/runs/eval.gin).
+
+  `metric_groups` ({group: [task names]}) adds, beside the tasks, each group's average over its
+  evaluated tasks (`group_metrics`; scripts/evaluate.py names HEAP's clusters). Groups are
+  computed from the finished predictions like the tasks' metrics, so they are not provenance:
+  a resumed evaluation may name other groups.
   """
   check_scoring(scorer, normalization)
   if jax.process_count() > 1:
@@ -397,13 +429,14 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   for record in outputs.read_predictions(path):
     by_task.setdefault(record["task"], []).append(record)
   metrics = {task.name: task_metrics(task, by_task[task.name]) for task in tasks if task.name in by_task}
-  outputs.write_metrics(output_dir, metrics, provenance=settings)
+  groups = group_metrics(metrics, metric_groups)
+  outputs.write_metrics(output_dir, {**metrics, **groups}, provenance=settings)
   counts = report.Table("Items scored", ("task", "items"),
                         [(task.name, len(by_task.get(task.name, []))) for task in tasks])
   notes = [f"{mixture_or_task_name}, split {split!r}, scorer {scorer}"
            + (f", normalisation {normalization!r}: {NORMALIZATIONS[normalization][1]}"
               if scorer == "likelihood" else "")] + notes
   html_path = report.write_report(output_dir, title=f"Evaluation of {mixture_or_task_name}",
-                                  metrics=metrics, tables=[counts], notes=notes)
+                                  metrics=metrics, groups=groups, tables=[counts], notes=notes)
   print(f"wrote {path}, {os.path.join(output_dir, outputs.METRICS_FILE)} and {html_path}", flush=True)
-  return metrics
+  return {**metrics, **groups}

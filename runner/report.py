@@ -100,21 +100,50 @@ def metrics_table(metrics: Mapping[str, Mapping[str, Mapping[str, float]]]) -> T
   return Table("Metrics (95% bootstrap intervals)", ("task", "metric", "value", "low", "high"), rows)
 
 
+def groups_table(groups: Mapping[str, Mapping[str, Mapping[str, float]]]) -> Table:
+  """Averages over groups of tasks (`runner.evaluate.group_metrics`), each with its task count."""
+  rows = [(group, name, e["tasks"], e["value"], e["low"], e["high"])
+          for group, by_name in groups.items() for name, e in by_name.items()]
+  return Table("Averages over groups of tasks, unweighted (intervals: the members' bounds averaged)",
+               ("group", "metric", "tasks", "value", "low", "high"), rows)
+
+
+def group_charts(groups: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[BarChart]:
+  """One chart per metric, a bar per group (apart from the tasks': the bars are averages)."""
+  by_metric: dict[str, list[tuple[str, Mapping[str, float]]]] = {}
+  for group, by_name in groups.items():
+    for name, entry in by_name.items():
+      by_metric.setdefault(name, []).append((f"{group} ({entry['tasks']})", entry))
+  return [BarChart(title=f"{name}, averaged over groups of tasks", labels=[g for g, _ in rows],
+                   values=[e["value"] for _, e in rows], lows=[e["low"] for _, e in rows],
+                   highs=[e["high"] for _, e in rows])
+          for name, rows in sorted(by_metric.items())]
+
+
 def write_report(out_dir: str, *, title: str,
                  metrics: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+                 groups: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
                  charts: Sequence[BarChart] = (), tables: Sequence[Table] = (),
                  notes: Sequence[str] = ()) -> str:
-  """Writes `out_dir/report.html` and its PNGs; returns the HTML path."""
+  """Writes `out_dir/report.html` and its PNGs; returns the HTML path.
+
+  `groups` (averages over groups of tasks, as `runner.evaluate.group_metrics` makes them) get a
+  table and charts of their own after the metrics'.
+  """
   os.makedirs(out_dir, exist_ok=True)
   parts = [f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
            "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}</style></head><body>",
            f"<h1>{html.escape(title)}</h1>"]
   parts += [f"<p>{html.escape(note)}</p>" for note in notes]
-  all_charts = list(charts)
+  all_charts = []
   if metrics:
     parts.append(_table_html(metrics_table(metrics)))
-    all_charts = metric_charts(metrics) + all_charts
+    all_charts += metric_charts(metrics)
+  if groups:
+    parts.append(_table_html(groups_table(groups)))
+    all_charts += group_charts(groups)
+  all_charts += charts
   for i, chart in enumerate(all_charts):
     name = f"plot_{i:02d}.png"
     _save_chart(chart, os.path.join(out_dir, name))

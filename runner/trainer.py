@@ -22,7 +22,8 @@ from runner import partitioning
 
 
 def make_schedule(name="constant", learning_rate=1e-3, warmup_steps=0, decay_steps=None, end_value=0.0):
-  """A learning-rate schedule: 'constant', 'rsqrt' (linear warm-up, then 1/sqrt decay) or 'cosine'."""
+  """A learning-rate schedule: 'constant', 'rsqrt' (linear warm-up, then 1/sqrt decay), 'cosine' or
+  'linear' (warm-up, then a straight line to `end_value` at `decay_steps`: Hugging Face's default)."""
   if name == "constant":
     if warmup_steps:
       return optax.warmup_constant_schedule(0.0, learning_rate, warmup_steps)
@@ -36,7 +37,13 @@ def make_schedule(name="constant", learning_rate=1e-3, warmup_steps=0, decay_ste
     if not decay_steps:
       raise ValueError("make_schedule: 'cosine' needs decay_steps (usually TRAIN_STEPS)")
     return optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup_steps, decay_steps, end_value)
-  raise ValueError(f"make_schedule: unknown schedule {name!r}; expected constant, rsqrt or cosine")
+  if name == "linear":
+    if not decay_steps:
+      raise ValueError("make_schedule: 'linear' needs decay_steps (usually TRAIN_STEPS)")
+    return optax.join_schedules(
+        [optax.linear_schedule(0.0, learning_rate, warmup_steps),
+         optax.linear_schedule(learning_rate, end_value, max(decay_steps - warmup_steps, 1))], [warmup_steps])
+  raise ValueError(f"make_schedule: unknown schedule {name!r}; expected constant, rsqrt, cosine or linear")
 
 
 def make_optimizer(name="adafactor", learning_rate=1e-3, weight_decay=0.0, clip_norm=None,

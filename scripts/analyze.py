@@ -5,13 +5,20 @@ r"""Recomputes the papers' tables from released human judgments.
       --out=/tmp/asq
   python -m scripts.analyze agreement --comparisons=comparisons.jsonl [--comparison_format=turingadvice] \
       --out=/tmp/ag
+  python -m scripts.analyze heap --data_dir=../shared/data/heap [--output=counts.json]
+  python -m scripts.analyze heap_runs --eval_dirs=runs/seed0/eval,runs/seed1/eval [--output=heap.json]
 
-Each prints its tables, and writes analysis.json and report.html (with PNG plots) under --out.
+Each prints its tables, and writes analysis.json and report.html (with PNG plots) under --out;
+heap counts each HEAP criterion's comparisons in the released files; heap_runs summarises
+evaluations already made (their metrics.json); both write JSON to --output.
 """
+import collections
 import glob
 import json
 import os
-from typing import Sequence
+from typing import Mapping, Sequence
+
+import numpy as np
 
 from absl import app
 from absl import flags
@@ -43,6 +50,11 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
                             "agreement: A,B pairs of systems to compare at equal length (repeatable); by "
                             "default each system against the human one (policy 'ref', or the top Reddit advice).",
                             flag_values=fv)
+  flags.DEFINE_list("eval_dirs", [], "heap_runs: evaluation output directories (one metrics.json each), "
+                    "one per seed.", flag_values=fv)
+  flags.DEFINE_string("output", None, "heap, heap_runs: JSON file for the table.", flag_values=fv)
+  flags.DEFINE_string("data_dir", None, "heap: folder of HEAP's released files (searched recursively).",
+                      flag_values=fv)
   flags.DEFINE_string("out", None, "Output directory for analysis.json and report.html.", flag_values=fv)
   flags.DEFINE_integer("seed", 0, "Bootstrap seed.", flag_values=fv)
 
@@ -162,8 +174,10 @@ def _comparison_items(args):
     return preference_heuristics.items_from_summary_comparisons(comparisons), comparisons
   if fmt == "turingadvice":
     return preference_heuristics.items_from_turingadvice(turingadvice.read_turingadvice_eval(path)[0]), None
-  if fmt.startswith("heap:") and fmt[5:] in heap.HEAP_CRITERIA:
-    return preference_heuristics.items_from_heap(heap.read_heap_comparisons(fmt[5:], path)[0], fmt[5:]), None
+  if fmt.startswith("heap:") and fmt[5:].lower() in {a.lower() for a in heap.HEAP_CRITERIA}:
+    criterion = heap.criterion_of(fmt[5:])
+    return preference_heuristics.items_from_heap(heap.read_heap_comparisons(criterion, path)[0],
+                                                 heap.task_name(criterion)), None
   raise app.UsageError(f"unknown --comparison_format {fmt!r}")
 
 
@@ -249,13 +263,135 @@ def analyze_agreement(args):
   return result, tables, charts
 
 
+def _spread(values: Sequence[float]) -> dict:
+  """Mean and sample standard deviation (ddof=1; None for one run) over runs, and the values."""
+  return {"mean": float(np.mean(values)), "std": float(np.std(values, ddof=1)) if len(values) > 1 else None,
+          "n": len(values), "values": [float(v) for v in values]}
+
+
+def _criterion_entry(metrics: Mapping[str, dict], task: str) -> dict | None:
+  """A criterion's metrics in one run: its task's, or its `_tfds` twin's."""
+  return metrics.get(task) or metrics.get(f"{task}_tfds")
+
+
+def heap_run_summary(runs: Mapping[str, Mapping[str, dict]], criteria: Sequence[str],
+                     clusters: Mapping[str, Sequence[str]], task_name) -> dict:
+  """Table 2 and 3 over several runs (seeds): per criterion and per cluster, mean ± std over runs.
+
+  runs: {eval dir: its metrics.json}. A criterion's pairwise accuracy and Spearman (where the
+  run has one) are taken from each run that evaluated it; a cluster's value in a run is the
+  unweighted mean accuracy of its criteria that run evaluated (Table 3's Average), "all" over
+  every criterion (Table 2's Average), as scripts/evaluate.py writes them.
+  """
+  per_run = [{a: e for a in criteria if (e := _criterion_entry(metrics, task_name(a)))}
+             for metrics in runs.values()]
+  table = {"runs": list(runs), "criteria": {}, "clusters": {}}
+  for a in criteria:
+    entries = [found[a] for found in per_run if a in found]
+    if entries:
+      table["criteria"][a] = {"runs": len(entries)}
+      table["criteria"][a].update({name: _spread([e[name]["value"] for e in entries if name in e])
+                                   for name in ("pairwise_accuracy", "spearman")
+                                   if any(name in e for e in entries)})
+  for cluster, members in {**clusters, "all": tuple(criteria)}.items():
+    averages, sizes = [], set()
+    for found in per_run:
+      accuracy = [found[a]["pairwise_accuracy"]["value"] for a in members
+                  if a in found and "pairwise_accuracy" in found[a]]
+      if accuracy:
+        averages.append(np.mean(accuracy))
+        sizes.add(len(accuracy))
+    if averages:
+      table["clusters"][cluster] = {"criteria": sorted(sizes), "pairwise_accuracy": _spread(averages)}
+  return table
+
+
+def _mean_std(e: dict | None, scale: float, digits: int) -> str:
+  if not e:
+    return "-"
+  std = "" if e["std"] is None else f" ± {scale * e['std']:.{digits}f}"
+  return f"{scale * e['mean']:.{digits}f}{std}"
+
+
+def heap_runs(args) -> dict:
+  """Prints HEAP's Table 2 and 3 shapes over the runs of --eval_dirs; writes JSON to --output."""
+  from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top
+  if not args.eval_dirs:
+    raise app.UsageError("heap_runs needs --eval_dirs=DIR1,DIR2,... (evaluation output directories)")
+  runs = {}
+  for directory in args.eval_dirs:
+    if not os.path.exists(os.path.join(directory, outputs.METRICS_FILE)):
+      raise app.UsageError(f"{directory}: no {outputs.METRICS_FILE} (evaluate the run first)")
+    runs[directory] = outputs.read_metrics(directory)
+  table = heap_run_summary(runs, tuple(heap.HEAP_CRITERIA), heap.CLUSTERS, heap.task_name)
+  if not table["criteria"]:
+    raise app.UsageError(f"no HEAP criterion is evaluated in {', '.join(args.eval_dirs)}")
+  n = len(runs)
+  _print_table(report.Table(
+      f"HEAP per criterion over {n} runs (Table 2): accuracy in %, mean ± std (ddof=1)",
+      ("criterion", "runs", "accuracy", "Spearman"),
+      [(a, e["runs"], _mean_std(e.get("pairwise_accuracy"), 100, 2),
+        _mean_std(e.get("spearman"), 1, 3)) for a, e in table["criteria"].items()]))
+  _print_table(report.Table(
+      f"HEAP average accuracy per cluster over {n} runs (Table 3; all: Table 2's Average), in %",
+      ("cluster", "criteria", "runs", "accuracy"),
+      [(c, "/".join(map(str, e["criteria"])), e["pairwise_accuracy"]["n"],
+        _mean_std(e["pairwise_accuracy"], 100, 2)) for c, e in table["clusters"].items()]))
+  if args.output:
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    outputs.atomic_write_text(args.output, json.dumps(table, indent=2) + "\n")
+    print(f"\nwrote {args.output}")
+  return table
+
+
+def heap_counts(args) -> dict:
+  """Prints each HEAP criterion's comparisons from the released files under --data_dir, and how
+  §3's random 80/10/10 split divides them; writes JSON to --output."""
+  from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top
+  if not args.data_dir or not os.path.isdir(args.data_dir):
+    raise app.UsageError(f"heap needs --data_dir, a folder of HEAP's released files (got {args.data_dir!r})")
+  counts, reports = {}, {}
+  for abbreviation, criterion in heap.HEAP_CRITERIA.items():
+    paths = heap.find_source_files(args.data_dir, criterion.source)
+    entry = {"name": criterion.name, "source": criterion.source, "files": paths, "comparisons": None}
+    if paths:
+      splits = collections.Counter()
+      for path in paths:
+        comparisons, read = heap.read_heap_comparisons(abbreviation, path)
+        splits.update(heap.split_comparisons(comparisons, "paper", seed=0).values())
+        if read.normalised:
+          reports[path] = read.summary()
+      entry.update(comparisons=sum(splits.values()), **{s: splits[s] for s in ("train", "validation", "test")})
+    counts[abbreviation] = entry
+  for line in reports.values():
+    print(f"NOTE: {line}")
+  _print_table(report.Table(
+      f"HEAP comparisons under {args.data_dir} (split: §3's random 80/10/10, seed 0)",
+      ("criterion", "name", "comparisons", "train", "validation", "test", "file"),
+      [(a, e["name"], e["comparisons"] if e["files"] else "bring your own file",
+        *(e.get(s, "") for s in ("train", "validation", "test")),
+        ", ".join(os.path.relpath(p, args.data_dir) for p in e["files"])) for a, e in counts.items()]))
+  total = sum(e["comparisons"] or 0 for e in counts.values())
+  print(f"\n{sum(bool(e['files']) for e in counts.values())} of {len(counts)} criteria have a file here; "
+        f"{total} comparisons")
+  if args.output:
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    outputs.atomic_write_text(args.output, json.dumps(counts, indent=2) + "\n")
+    print(f"wrote {args.output}")
+  return counts
+
+
 ANALYSES = {"turingadvice": analyze_turingadvice, "asq": analyze_asq, "agreement": analyze_agreement}
+# Summaries of evaluations already made: they print, and write JSON to --output (no report).
+SUMMARIES = {"heap": heap_counts, "heap_runs": heap_runs}
 
 
 def run(command: str, args: flags.FlagValues) -> dict:
   """Runs one analysis with parsed flags `args`: prints its tables, writes its files."""
+  if command in SUMMARIES:
+    return SUMMARIES[command](args)
   if command not in ANALYSES:
-    raise app.UsageError(f"give one analysis: {', '.join(ANALYSES)}")
+    raise app.UsageError(f"give one analysis: {', '.join([*ANALYSES, *SUMMARIES])}")
   if not args.out:
     raise app.UsageError("--out is required")
   result, tables, charts = ANALYSES[command](args)
@@ -270,7 +406,7 @@ def run(command: str, args: flags.FlagValues) -> dict:
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) != 2:
-    raise app.UsageError(f"give one analysis: {', '.join(ANALYSES)}")
+    raise app.UsageError(f"give one analysis: {', '.join([*ANALYSES, *SUMMARIES])}")
   console.quiet_libraries()
   run(argv[1], flags.FLAGS)
 

@@ -2,7 +2,7 @@ r"""Prepares the project's TFDS datasets offline from released files (what `tfds
 
   python -m scripts.build_tfds --manual_dir=../shared/data --data_dir=/data/tfds
   python -m scripts.build_tfds --manual_dir=/data --data_dir=/data/tfds \
-      --datasets=asq,heap_comparisons/answer_validity
+      --datasets=asq,heap_comparisons/av
 
 Builds every builder of `t5_tasks/sources/tfds_builders.py` (each HEAP criterion is one config of
 `heap_comparisons`) whose files lie under --manual_dir, searched recursively; the others are listed
@@ -79,5 +79,5 @@ if __name__ == "__main__":
                       "~/tensorflow_datasets).")
   flags.DEFINE_list("datasets", [], "Only these: builder names ("
                     + ", ".join(b.name for b in tfds_builders.manual_builders())
-                    + ") or heap_comparisons/<criterion>.")
+                    + ") or heap_comparisons/<criterion> (its abbreviation in lower case, e.g. av).")
   app.run(main)

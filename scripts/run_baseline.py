@@ -41,12 +41,12 @@ ASQ_TASK = "asq_intent_cloze"
 TIMEDIAL_TASK = "timedial_cloze_full"
 # --eval_format of the preference baselines -> the task whose items they score; TuringAdvice's
 # evaluation file is HEAP's advice-helpfulness source (system advice vs the top Reddit advice).
-PREFERENCE_TASKS = {"turingadvice": "heap_advice_helpfulness",
+PREFERENCE_TASKS = {"turingadvice": "heap_ah",
                     "summarize_feedback": "summarize_feedback_preference",
-                    **{f"heap:{c}": f"heap_{c}" for c in heap.HEAP_CRITERIA}}
+                    **{f"heap:{a.lower()}": heap.task_name(a) for a in heap.HEAP_CRITERIA}}
 # Task -> its dataset's key in t5_tasks.tasks.data_files; these files hold every split ("all").
 SINGLE_FILE_DATASETS = {"summarize_feedback_preference": "summarize_feedback",
-                        **{f"heap_{c}": f"heap/{spec.source}" for c, spec in heap.HEAP_CRITERIA.items()}}
+                        **{heap.task_name(a): f"heap/{c.source}" for a, c in heap.HEAP_CRITERIA.items()}}
 DATA_FILES = "t5_tasks.tasks.data_files.files"
 
 

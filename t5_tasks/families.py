@@ -11,6 +11,7 @@ import collections
 import dataclasses
 import functools
 import os
+import random
 from typing import Any, Callable, Mapping
 
 import gin
@@ -97,7 +98,7 @@ SIGNATURES = {
     "asq": {**CLOZE_SIGNATURE, "inputs": _STRING, "pair_type": _STRING, "pair_groups": _STRING},
     "summary": {**CLOZE_SIGNATURE, "subreddit": _STRING, "title": _STRING, "post": _STRING,
                 "candidate_scores": _SCORES},
-    "preference": {**CLOZE_SIGNATURE, "instruction": _STRING, "context_labels": _STRINGS,
+    "preference": {**CLOZE_SIGNATURE, "inputs": _STRING, "context_id": _STRING,
                    "context_texts": _STRINGS, "candidate_scores": _SCORES},
 }
 
@@ -309,16 +310,62 @@ def sft_examples(files: Files) -> Examples:
   return out
 
 
+@gin.configurable
+def heap_split(method: str = "paper", seed: int = 0) -> tuple[str, int]:
+  """(method, seed) of HEAP's splits: 'paper' (§3: each task's comparisons at random, 80% train,
+  10% validation, 10% test; seeded) or 'by_context' (every comparison of one context in one split,
+  so no test context is trained on). Asked when the dataset is built."""
+  if method not in heap.SPLIT_METHODS:
+    raise ValueError(f"heap_split.method must be one of {heap.SPLIT_METHODS}, got {method!r}")
+  return method, int(seed)
+
+
+@gin.configurable
+def heap_instruction(template: str | int = "paper", instructions_file: str | None = None,
+                     seed: int = 0) -> tuple[str | int, str | None, int]:
+  """(template, instructions_file, seed): which instruction each HEAP example carries.
+
+  'paper': Table 5's phrasing (built in). An index: that phrasing of each criterion in
+  `instructions_file` (HEAP's instructions.json). 'random': one of the file's phrasings per
+  comparison, drawn from (seed, comparison id), so an example keeps its phrasing every epoch.
+  """
+  if template not in ("paper", "random") and not isinstance(template, int):
+    raise ValueError(f"heap_instruction.template must be 'paper', 'random' or an index, got {template!r}")
+  if template != "paper" and not instructions_file:
+    raise ValueError(f"heap_instruction.template={template!r} needs heap_instruction.instructions_file "
+                     "(HEAP's instructions.json)")
+  return template, instructions_file, int(seed)
+
+
+def _heap_instructions(criterion: str, comparisons) -> list[str]:
+  """The instruction of each comparison, by `heap_instruction`."""
+  template, path, seed = heap_instruction()
+  if template == "paper":
+    return [heap.HEAP_CRITERIA[criterion].instruction] * len(comparisons)
+  templates = _read(heap.read_instruction_templates, path)[criterion]
+  if template == "random":
+    return [templates[random.Random(f"{seed}/{c.id}").randrange(len(templates))] for c in comparisons]
+  if not 0 <= template < len(templates):
+    raise ValueError(f"heap_instruction.template={template}: {path} has {len(templates)} phrasings "
+                     f"of {criterion}")
+  return [templates[template]] * len(comparisons)
+
+
 def heap_examples(files: Files, criterion: str) -> Examples:
-  path = _single_file(files, f"heap/{heap.HEAP_CRITERIA[criterion].source}")
+  """One example per comparison: Table 5's inputs (`heap.render_inputs`), the good then the bad
+  output as candidates, split by `heap_split`."""
+  criterion = heap.criterion_of(criterion)
+  spec = heap.HEAP_CRITERIA[criterion]
+  path = _single_file(files, f"heap/{spec.source}")
   comparisons = _read(heap.read_heap_comparisons, path, criterion)
+  splits = heap.split_comparisons(comparisons, *heap_split())
   out = {split: [] for split in SPLITS}
-  splits = heap.context_splits(c.context for c in comparisons)
-  for c in comparisons:
-    out[splits[c.context]].append(dict(
-        id=c.id, instruction=c.instruction, context_labels=[k for k, _ in c.context],
-        context_texts=[v for _, v in c.context], candidates=[c.good, c.bad],
-        candidate_labels=[1, 0], candidate_scores=[c.good_score, c.bad_score]))
+  for c, instruction in zip(comparisons, _heap_instructions(criterion, comparisons)):
+    out[splits[c.id]].append(dict(
+        id=c.id, context_id=heap.context_id(c.context), context_texts=[text for _, text in c.context],
+        inputs=heap.render_inputs(instruction, c.context, c.output_label, spec.label_input),
+        candidates=[c.good, c.bad], candidate_labels=[1, 0],
+        candidate_scores=[c.good_score, c.bad_score]))
   return out
 
 
@@ -397,23 +444,30 @@ SUMMARIZE_FEEDBACK_SFT = TaskFamily(
     steps=(preprocessors.summary_inputs,),
     metric_fn=metrics.perplexity_metric_fn,
 )
+# Every source with a hand-written quickstart file; CommonGen, defeasible inference and story
+# rewriting must be bound to their released files (../shared/data/heap has them).
 _HEAP_QUICKSTART_FILES = {"turingadvice": {"all": "turingadvice_eval.jsonl"},
-                          "tellmewhy": {"all": "tellmewhy_test_caters_sample.csv"}}
+                          "tellmewhy": {"all": "tellmewhy_test_caters_sample.csv"},
+                          "hellaswag": {"all": "heap_hellaswag.jsonl"},
+                          "counter_narratives": {"all": "heap_counter_narratives.csv"},
+                          "chasm": {"all": "heap_chasm.json"}}
 HEAP = TaskFamily(
     name="heap",
     examples=heap_examples,  # each criterion's variant binds the criterion and its source file
     signature=SIGNATURES["preference"],
     splits=SPLITS,
     quickstart_files={},
-    steps=(preprocessors.preference_inputs,),
+    steps=(preprocessors.cloze_targets,),
     metric_fn=metrics.preference_metric_fn,
-    variants={criterion: {
-        "examples": functools.partial(heap_examples, criterion=criterion),
+    variants={abbreviation.lower(): {
+        "examples": functools.partial(heap_examples, criterion=abbreviation),
         "quickstart_files": {f"heap/{spec.source}": _HEAP_QUICKSTART_FILES.get(spec.source, {})},
-        # The builder splits by `heap.context_splits` as `heap_examples` does: the same items.
-        "tfds": TfdsSource(f"heap_comparisons/{criterion}:1.1.0", {s: s for s in SPLITS},
+        # Spearman with the human scores only where Table 2 reports it.
+        "metric_fn": functools.partial(metrics.preference_metric_fn, ranked=spec.ranked),
+        # The builder makes its examples with `heap_examples`, so its items and splits are the same.
+        "tfds": TfdsSource(f"heap_comparisons/{abbreviation.lower()}:2.0.0", {s: s for s in SPLITS},
                            preprocessors.from_tfds_heap),
-    } for criterion, spec in heap.HEAP_CRITERIA.items()},
+    } for abbreviation, spec in heap.HEAP_CRITERIA.items()},
 )
 
 FAMILIES = (TURINGADVICE_GENERATION, TIMEDIAL_CLOZE, TIMEDIAL_WEAK_SUPERVISION, ASQ_INTENT_CLOZE,

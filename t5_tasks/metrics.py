@@ -200,18 +200,49 @@ def asq_metric_fn(targets, scores) -> dict[str, float]:
   return out
 
 
-def preference_metric_fn(targets, scores) -> dict[str, float]:
-  """seqio score metric: pairwise accuracy; Spearman of model vs human margins when graded."""
+def output_scores(targets, scores) -> tuple[np.ndarray, np.ndarray]:
+  """(model score, human score) of each distinct output of a split: one per (context_id, text).
+
+  An output is compared with several others of its context, so it appears in several items;
+  counting it once per item would weight it by how often it was compared. HEAP §5 correlates
+  the model's scores of the outputs with their human scores (Table 2's Spearman). The model's
+  occurrences are averaged (batch padding may move a score by float rounding); a text judged
+  more than once in a context (two systems wrote the same update in the real defeasible-inference
+  file: 3 such texts for DIA, 4 for DII) takes the mean of the distinct human scores it was given.
+  """
+  model: dict[tuple, list[float]] = {}
+  human: dict[tuple, dict[float, None]] = {}
+  for i, (target, row) in enumerate(zip(targets, scores)):
+    if "context_id" not in target or "candidate_scores" not in target:
+      raise ValueError(f"item {i}: ranked Spearman needs context_id and candidate_scores")
+    texts = target.get("candidate_texts") or target.get("candidate_ids")
+    if texts is None or len(texts) != len(row) or len(target["candidate_scores"]) != len(row):
+      raise ValueError(f"item {i}: needs one text (or token ids) and one human score per candidate")
+    for text, score, graded in zip(texts, row, target["candidate_scores"]):
+      key = (target["context_id"], text if isinstance(text, str) else tuple(text))
+      human.setdefault(key, {})[float(graded)] = None  # each distinct judgment once
+      model.setdefault(key, []).append(float(score))
+  keys = list(model)
+  return (np.asarray([np.mean(model[k]) for k in keys], np.float64),
+          np.asarray([np.mean(list(human[k])) for k in keys], np.float64))
+
+
+def preference_metric_fn(targets, scores, *, ranked: bool = False) -> dict[str, float]:
+  """seqio score metric: pairwise accuracy (a tie counts half); with `ranked`, also Spearman of
+  model vs human scores over the split's distinct outputs (`output_scores`).
+
+  HEAP Table 2 reports Spearman only for criteria whose data rank several outputs of a context
+  (`heap.Criterion.ranked`); summarize-from-feedback and the other criteria: accuracy only.
+  """
   s, y, _ = _stack_candidates(targets, scores)
   good = np.asarray([row[gold == 1][0] for row, gold in zip(s, y)])
   bad = np.asarray([row[gold == 0][0] for row, gold in zip(s, y)])
   out = _flatten("pairwise_accuracy", pairwise_accuracy(good, bad))
-  if not all("candidate_scores" in t for t in targets):  # comparisons without graded human scores
+  if not ranked:
     return out
-  human = [np.asarray(t["candidate_scores"], np.float64) for t in targets]
-  margins = np.asarray([h[gold == 1][0] - h[gold == 0][0] for h, gold in zip(human, y)])
-  if len(set(margins.tolist())) > 1:
-    out.update(_flatten("spearman", spearman(good - bad, margins)))
+  model, human = output_scores(targets, scores)
+  if len(set(human.tolist())) > 1:  # else the correlation is undefined
+    out.update(_flatten("spearman", spearman(model, human)))
   return out
 
 

@@ -148,11 +148,6 @@ def summary_inputs_text(subreddit: str, title: str, post: str,
   return build("")
 
 
-def preference_inputs_text(instruction: str, labels: Sequence[str], texts: Sequence[str]) -> str:
-  """The criterion's instruction, then each context field as `label: text`, one per line."""
-  return "\n".join([instruction] + [f"{label}: {text}" for label, text in zip(labels, texts)])
-
-
 def _max_text_tokens(sequence_length, key="inputs") -> int | None:
   if not sequence_length or sequence_length.get(key) is None:
     return None
@@ -224,17 +219,6 @@ def summary_inputs(ex, sequence_length, output_features):
   def fn(subreddit, title, post):
     return summary_inputs_text(_text(subreddit), _text(title), _text(post), count, max_tokens, news)
   return {**ex, "inputs": _py_string(fn, [ex["subreddit"], ex["title"], ex["post"]]),
-          "targets": first_correct(ex)}
-
-
-@seqio.map_over_dataset
-def preference_inputs(ex):
-  """seqio step: instruction + labelled context -> `inputs`; the preferred response -> `targets`."""
-  def fn(instruction, labels, texts):
-    return preference_inputs_text(_text(instruction), [_text(x) for x in labels],
-                                  [_text(x) for x in texts])
-  return {**ex, "inputs": _py_string(fn, [ex["instruction"], ex["context_labels"],
-                                          ex["context_texts"]]),
           "targets": first_correct(ex)}
 
 
@@ -323,8 +307,8 @@ def from_tfds_summaries(ex):
 
 @seqio.map_over_dataset
 def from_tfds_heap(ex):
-  return {"id": ex["id"], "instruction": ex["instruction"],
-          "context_labels": ex["context_labels"], "context_texts": ex["context_texts"],
+  return {"id": ex["id"], "context_id": ex["context_id"], "context_texts": ex["context_texts"],
+          "inputs": ex["inputs"],
           "candidates": tf.stack([ex["good"], ex["bad"]]), "candidate_labels": _pair(1, 0),
           "candidate_scores": tf.cast(tf.stack([ex["good_score"], ex["bad_score"]]),
                                       tf.float32)}

@@ -145,11 +145,20 @@ def candidate_targets(output, example=None, is_target=False):
     return output
   def text(value):
     return value.decode("utf-8") if isinstance(value, bytes) else value
-  out = {k: text(example[k]) for k in ("id", "pair_type", "pair_groups") if k in example}
+  out = {k: text(example[k]) for k in ("id", "pair_type", "pair_groups", "context_id")
+         if k in example}
   out.update({k: list(example[k]) for k in ("candidate_labels", "candidate_scores",
                                              "log_likelihoods", "tokens") if k in example})
   if "candidate_rules" in example:
     out["candidate_rules"] = [text(rule) for rule in example["candidate_rules"]]
+  # Ranked Spearman keys each output by (context_id, its text): the texts tokenize keeps
+  # (evaluation's predictions.jsonl records them), else the token ids name the output.
+  if "candidates_pretokenized" in example:
+    out["candidate_texts"] = [text(c) for c in example["candidates_pretokenized"]]
+  elif "candidates" in example:
+    candidates = example["candidates"]
+    candidates = candidates.to_list() if hasattr(candidates, "to_list") else candidates
+    out["candidate_ids"] = [[int(t) for t in c] for c in candidates]
   return out
 
 

@@ -30,6 +30,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import threading
 from typing import Callable
 
 import pytest
@@ -45,12 +46,16 @@ INLINE_COMMAND_STARTS = ("python ", ".venv/bin/python ", ".venv/bin/pip ", "make
 ABSOLUTE_FOLDERS = re.compile(r"(?<![\w.:/-])/(data|models|runs|ckpt)(?=/|\b)")
 PUBLISHED_SIZES = re.compile(r"gin/models/t5_1_1/(small|base|large|xl|xxl)\.gin")
 TINY_STEPS = 2
-DEMO_STEPS = 10
+DEMO_STEPS = 4  # not TINY_STEPS: the demo's checkpoint step tells its run from a tiny run's
 # The quickstart's batch and lengths for every run, so that they share compiled steps.
 QUICKSTART_SHAPES = ("--gin.BATCH_SIZE=16", "--gin.TASK_FEATURE_LENGTHS={'inputs': 256, 'targets': 64}")
 DEMO_TRAIN = "python -m scripts.train --gin_file=gin/runs/finetune.gin --gin_file=gin/quickstart.gin"
 DEMO_EVALUATE = "python -m scripts.evaluate --gin_file=gin/runs/eval.gin --gin_file=gin/quickstart.gin"
 DEMO_DIR = "runs/quickstart"
+# The other trainings start after the demo's (as if they read its folder): their step is its compiled
+# step at QUICKSTART_SHAPES, which they find in the cache instead of compiling it side by side; and
+# the run beside the demo's ends after it, so that the demo's checkpoint it checks is there.
+AFTER_THE_DEMO = (DEMO_DIR,)
 NO_REMAKE = "-o .venv/.installed"  # make -n: the venv counts as made, so only the target's own commands print
 # Flags whose value is a folder a command writes (what later commands may read).
 OUTPUT_FLAGS = ("--gin.MODEL_DIR=", "--gin.EVAL_OUTPUT_DIR=", "--out=", "--data_dir=")
@@ -194,7 +199,8 @@ class Workspace:
                           text=True, timeout=timeout)
 
   def start(self, commands: list[str]) -> None:
-    """Runs each command's case.run in the background, after the runs that write what it names."""
+    """Runs each command's case.run in the background, once the runs that write what it names have
+    ended: a run waits outside the pool, so that the pool's two places go to runs that can start."""
     writers = {folder: command for command in commands
                for folder in written_folders(command) + list(case_of(command).writes)}
 
@@ -204,18 +210,52 @@ class Workspace:
           path == folder or path.startswith(folder + "/") for path in read)}
 
     needs = {command: writers_of_what(command) for command in commands}
-    started = set()
-    while len(started) < len(commands):  # writers first, so no waiting run holds up the one it waits for
-      command = next(c for c in commands if c not in started and needs[c] <= started)
-      started.add(command)
-      if case_of(command).run:
-        self._runs[command] = self._pool.submit(self._run_after, command, needs[command])
+    order = []
+    while len(order) < len(commands):  # writers first: the pool takes the runs in this order
+      order.append(next(c for c in commands if c not in order and needs[c] <= set(order)))
+    ran = [command for command in order if case_of(command).run]
+    for command in ran:
+      self._runs[command] = concurrent.futures.Future()
+    for command in ran:
+      self._after([self._runs[need] for need in needs[command] if need in self._runs],
+                  lambda command=command: self._launch(command, needs[command]))
 
-  def _run_after(self, command: str, needs: set[str]):
+  @staticmethod
+  def _after(futures, then) -> None:
+    """Calls `then()` once every future of `futures` is done (at once when there are none)."""
+    if not futures:
+      then()
+      return
+    left, lock = [len(futures)], threading.Lock()
+
+    def one_done(_):
+      with lock:
+        left[0] -= 1
+        last = left[0] == 0
+      if last:
+        then()
+    for future in futures:
+      future.add_done_callback(one_done)
+
+  def _launch(self, command: str, needs: set[str]) -> None:
+    """Starts the command's run in the pool; its result (or error) becomes `self._runs[command]`'s."""
+    placeholder = self._runs[command]
     for need in needs:
       if need in self._runs and self._runs[need].exception():
-        raise RuntimeError(f"needs what `{need}` writes, and that failed") from self._runs[need].exception()
-    return case_of(command).run(self, command)
+        error = RuntimeError(f"needs what `{need}` writes, and that failed")
+        error.__cause__ = self._runs[need].exception()
+        placeholder.set_exception(error)
+        return
+
+    def copy(future):
+      if future.exception() is not None:
+        placeholder.set_exception(future.exception())
+      else:
+        placeholder.set_result(future.result())
+    try:
+      self._pool.submit(case_of(command).run, self, command).add_done_callback(copy)
+    except RuntimeError as error:  # the pool is shut down: the module ended before this could start
+      placeholder.set_exception(error)
 
   def result(self, command: str):
     """What case.run returned for a README command (None for a case without a background run)."""
@@ -322,13 +362,31 @@ def check_training(ws: Workspace, command: str, result, steps: int = TINY_STEPS)
   assert list(model_dir.glob("**/events.out.tfevents.*")), "no TensorBoard summaries"
 
 
+def group_members(group: str) -> set[str]:
+  """A HEAP cluster's criteria (lower case) as t5_tasks/sources/heap.py declares CLUSTERS, read
+  from its source (importing t5_tasks would import TensorFlow into this process)."""
+  tree = ast.parse((PROJECT_ROOT / "t5_tasks" / "sources" / "heap.py").read_text())
+  clusters = next(ast.literal_eval(node.value) for node in tree.body
+                  if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "CLUSTERS")
+  return {c.lower() for c in clusters[group.removeprefix("heap_cluster_")]}
+
+
 def check_evaluation(ws: Workspace, command: str, result, output_dir: str | None = None) -> None:
   assert_ran(result)
   output_dir = output_dir or gin_value(command, "EVAL_OUTPUT_DIR")
   output = ws.path(output_dir)
   assert f"report: {ws.localise(output_dir)}/report.html" in result.stdout, result.stdout[-2000:]
-  metrics = {task: by_name for task, by_name in json.loads((output / "metrics.json").read_text()).items()
-             if task != "provenance"}  # how the numbers were made: checkpoint, config, data
+  written = json.loads((output / "metrics.json").read_text())
+  # Besides the tasks: provenance (how the numbers were made) and groups' averages (HEAP clusters).
+  groups = {name for name, by_name in written.items()
+            if name != "provenance" and all("tasks" in e for e in by_name.values())}
+  metrics = {task: by_name for task, by_name in written.items() if task != "provenance" and task not in groups}
+  for group in groups:  # the unweighted mean of its members' values
+    for name, e in written[group].items():
+      members = [by_name[name]["value"] for task, by_name in metrics.items() if name in by_name
+                 and task.startswith("heap_") and (
+                     group == "heap" or task[len("heap_"):].removesuffix("_tfds") in group_members(group))]
+      assert e["tasks"] == len(members) and e["value"] == pytest.approx(sum(members) / len(members)), group
   predictions = [json.loads(line) for line in (output / "predictions.jsonl").read_text().splitlines()]
   assert metrics and {p["task"] for p in predictions} == set(metrics)
   assert all(p["scores"] and all(map(math.isfinite, p["scores"])) for p in predictions)
@@ -337,8 +395,8 @@ def check_evaluation(ws: Workspace, command: str, result, output_dir: str | None
   assert all(len(p["scores"]) >= 2 for p in predictions if p["task"] not in generation)
   for task, by_name in metrics.items():
     for name, e in by_name.items():
-      upper = math.inf if name in ("loss", "perplexity") else 1
-      assert 0 <= e["low"] <= e["value"] <= e["high"] <= upper, (task, name, e)
+      lower, upper = (-1, 1) if name == "spearman" else (0, math.inf) if name in ("loss", "perplexity") else (0, 1)
+      assert lower <= e["low"] <= e["value"] <= e["high"] <= upper, (task, name, e)
     if task in generation:
       assert by_name["perplexity"]["value"] == pytest.approx(math.exp(by_name["loss"]["value"]))
   assert "<html" in (output / "report.html").read_text().lower()
@@ -447,6 +505,55 @@ def check_task_and_mixture_names(ws: Workspace, command: str, result) -> None:
   assert {"quickstart", "generation_and_cloze", "heap_multitask"} <= set(mixtures.split())
 
 
+HEAP_TRAIN = ("python -m scripts.train --gin_file=gin/models/t5_1_1/base.gin --gin_file=gin/runs/finetune.gin "
+              "--gin_file=gin/recipes/heap/cross_cluster.gin")
+HEAP_EVALUATE = ("python -m scripts.evaluate --gin_file=gin/models/t5_1_1/base.gin --gin_file=gin/runs/eval.gin "
+                 "--gin_file=gin/recipes/heap/evaluate.gin")
+
+
+def run_heap_training(ws: Workspace, command: str) -> subprocess.CompletedProcess:
+  """Tiny settings, with no accumulation: Table 4's (32 microbatches) needs a batch of 256."""
+  return ws.run(ws.localise(command) + "".join(
+      f" {shlex.quote(arg)}" for arg in (f"--gin.TRAIN_STEPS={TINY_STEPS}", *QUICKSTART_SHAPES,
+                                         "--gin.ACCUMULATION_STEPS=1")))
+
+
+def check_heap_training(ws: Workspace, command: str, result) -> None:
+  """A reward model on the target's cluster without the target (Table 3's C^/t), on quickstart files."""
+  check_training(ws, command, result)
+  mixture = gin_value(command, "MIXTURE_OR_TASK_NAME", None) or "heap_cross_cluster_hate_speech_cng"
+  line = next(line for line in result.stdout.splitlines() if line.startswith(f"training on {mixture}: "))
+  trained = {part.rsplit(" ", 1)[0] for part in line.split(": ", 1)[1].split(", ")}
+  assert trained == {f"heap_{c}" for c in group_members("heap_cluster_hate_speech")} - {"heap_cng"}, line
+
+
+def check_heap_evaluation(ws: Workspace, command: str, result) -> None:
+  """Every criterion of the cluster, its average and the overall one (group_members checks them)."""
+  check_evaluation(ws, command, result)
+  written = json.loads((ws.path(gin_value(command, "EVAL_OUTPUT_DIR")) / "metrics.json").read_text())
+  members = {f"heap_{c}" for c in group_members("heap_cluster_hate_speech")}
+  assert members <= set(written) and {"heap_cluster_hate_speech", "heap"} <= set(written), sorted(written)
+  assert written["heap_cluster_hate_speech"]["pairwise_accuracy"]["tasks"] == len(members)
+  assert "heap_cluster_hate_speech" in (ws.path(gin_value(command, "EVAL_OUTPUT_DIR")) / "report.html").read_text()
+
+
+def check_heap_counts(ws: Workspace, command: str, result) -> None:
+  """On the quickstart files: the sources with a hand-written file are counted, the rest named."""
+  assert_ran(result)
+  rows = {line.split()[0]: line for line in result.stdout.splitlines()
+          if re.match(r"^[A-Z][A-Za-z]+ {2,}", line) and "criterion" not in line}
+  assert len(rows) == 22, result.stdout
+  missing = {c for c, line in rows.items() if "bring your own file" in line}
+  assert missing == {"CR", "SRC", "SRE", "SRPl", "SRPr", "SRS", "DIA", "DII"}, missing
+  assert "14 of 22 criteria have a file here" in result.stdout
+
+
+def check_heap_runs(ws: Workspace, command: str, result) -> None:
+  assert_ran(result)
+  assert "HEAP per criterion over 1 runs (Table 2)" in result.stdout, result.stdout
+  assert re.search(r"^hate_speech +9 ", result.stdout, re.M), result.stdout
+
+
 def check_tfds_build(ws: Workspace, command: str, result) -> None:
   assert_ran(result)
   built = dict(line.split(": ", 1) for line in result.stdout.splitlines() if " -> " in line)
@@ -536,11 +643,18 @@ CASES = [
     Case("python -c", "as is", check_task_and_mixture_names, run=run_as_is),
     Case("python -m scripts.build_tfds", "on the quickstart files", check_tfds_build, run=run_as_is),
     Case("TFDS_DATA_DIR=", "tiny steps, on what build_tfds prepared", check_training,
-         run=run_with_tiny_settings),
+         run=run_with_tiny_settings, reads=AFTER_THE_DEMO),
     Case(f"{DEMO_TRAIN} --gin.MODEL_DIR=", "tiny steps", check_fresh_run_beside_the_demo,
-         run=run_with_tiny_settings),
-    Case("python -m scripts.train", "tiny steps", check_training, run=run_with_tiny_settings),
+         run=run_with_tiny_settings, reads=AFTER_THE_DEMO),
+    Case("python -m scripts.train", "tiny steps", check_training, run=run_with_tiny_settings,
+         reads=AFTER_THE_DEMO),
     Case("python -m scripts.evaluate", "quickstart shapes", check_evaluation, run=run_with_tiny_settings),
+    Case(HEAP_TRAIN, "tiny steps, quickstart shapes, no accumulation", check_heap_training, run=run_heap_training,
+         reads=AFTER_THE_DEMO),
+    Case(HEAP_EVALUATE, "quickstart shapes, on the HEAP run", check_heap_evaluation, run=run_with_tiny_settings),
+    Case("python -m scripts.analyze heap --data_dir=", "on the quickstart files", check_heap_counts,
+         run=run_as_is),
+    Case("python -m scripts.analyze heap_runs", "on the HEAP run's evaluation", check_heap_runs, run=run_as_is),
     Case("python -m scripts.convert_checkpoint", "a random tiny Hugging Face T5", check_conversion,
          run=run_as_is),
     Case("python -m scripts.convert_checkpoint --t5x_dir", "a random tiny t5x checkpoint, legacy layout",

@@ -1,17 +1,25 @@
 """HEAP: released human judgments turned into (instruction, context, good, bad) comparisons.
 
 The recipe (../shared/data/README.md): every judged output gets a score within
-its context (several raters: the mean); every ordered pair of outputs with a
+its context (several raters: the mean; CHASM and the counter-narrative ratings: the
+integer mean, as HEAP's authors applied it); every ordered pair of outputs with a
 strictly higher score gives one comparison, ties give none. Sources judged in
 pairs (CommonGen, story rewriting) are aggregated per pair instead: the mean
 signed preference decides, and 0 gives none. Two outputs with the same text give
 no comparison either: no model could tell them apart.
+
+The 22 criteria, their Table 4 input layout, Table 5 instructions and Table 3 clusters are
+declared here as data (Ben-David et al., HEAP); `t5_tasks.families` registers one task per
+criterion, `heap_<abbreviation>`, and `t5_tasks.mixtures` the paper's four protocols.
 """
 import collections
 import dataclasses
+import glob
 import hashlib
 import itertools
+import json
 import os
+import random
 from typing import Callable
 
 from t5_tasks.sources import heap_sources
@@ -19,59 +27,194 @@ from t5_tasks.sources import records
 from t5_tasks.sources import turingadvice
 
 Context = tuple[tuple[str, str], ...]
+SEPARATOR = " <sep> "  # Table 5 joins the instruction, the (labelled) fields and the output with it
 
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-  task: str
-  instruction: str
-  context: Context  # (label, text) pairs in order
+  task: str          # the criterion's abbreviation, e.g. "AH"
+  context: Context   # (label, text) pairs in order; () for HSO, judged without context
+  output_label: str  # what the compared outputs are, e.g. "answer" (Table 5's label of the output)
   good: str
   bad: str
   good_score: float
   bad_score: float
-  id: str = ""      # "{task}-{n}", n counting from 0 in reading order
+  id: str = ""       # "{abbreviation}-{n}", n counting from 0 in reading order
 
 
 @dataclasses.dataclass(frozen=True)
 class Criterion:
-  source: str          # which released file it reads: a key of SOURCES
-  instruction: str
-  needs_context: bool  # HEAP's cross-cluster split: can the output be judged without the context?
+  abbreviation: str  # the paper's (Table 1)
+  name: str
+  source: str        # which released file it reads: a key of SOURCES
+  label_input: bool  # Table 4 "Label Input": each field is preceded by its label
+  ranked: bool       # Table 2 reports Spearman: the data ranks more than two outputs per context
+  instruction: str   # Table 5's phrasing (verbatim, the paper's typos included)
 
 
-_STORY = "a counterfactual rewrite of a story's ending"
-HEAP_CRITERIA = {
-    "advice_helpfulness": Criterion("turingadvice", "Which advice is more helpful for this situation?", True),
-    "answer_validity": Criterion("tellmewhy", "Which answer better explains why, given the story?", True),
-    "answer_grammaticality": Criterion("tellmewhy", "Which answer is more grammatical and fluent?", False),
-    "question_answerability": Criterion("tellmewhy", "Which why-question can be answered from the story?", True),
-    "commonsense_plausibility": Criterion(
-        "commongen", "Which sentence using these concepts describes a more plausible everyday scene?", False),
-    "update_attenuator": Criterion(
-        "defeasible", "Which new fact more strongly weakens the hypothesis, given the premise?", True),
-    "update_intensifier": Criterion(
-        "defeasible", "Which new fact more strongly supports the hypothesis, given the premise?", True),
-    "story_counterfactual": Criterion(
-        "story_rewriting", f"Judging {_STORY}: which is more consistent with the counterfactual sentence?", True),
-    "story_ending": Criterion(
-        "story_rewriting", f"Judging {_STORY}: which keeps more of the original ending where it still fits?", True),
-    "story_plot": Criterion(
-        "story_rewriting", f"Judging {_STORY}: which keeps the plot of the original ending?", True),
-    "story_premise": Criterion(
-        "story_rewriting", f"Judging {_STORY}: which keeps the details of the premise in mind?", True),
-    "story_second": Criterion(
-        "story_rewriting", f"Judging {_STORY}: which better follows the change of the second sentence?", True),
+def _criteria(*rows) -> dict[str, Criterion]:
+  return {row[0]: Criterion(*row) for row in rows}
+
+
+_STORY = ("given a story that consists of a premise, a second sentence, and an ending as well as a "
+          "second story with the same premise is provided but the second sentence is replaced with a "
+          "counterfactual sentence, and the ending is rewritten.")
+_STORY_TASK = ("You have a story that consists of a premise, a second sentence, and an ending. A second "
+               "story with the same premise is provided but the second sentence is replaced with a "
+               "counterfactual sentence, and the ending is rewritten")
+_HATE = "a hate speech, the target of the hate speech, and a counter narrative in response to the hate speech"
+# Table 2's order. Label input: Table 4 (the single- and cross-task rows agree); ranked: the rows
+# with a Spearman figure in Table 2; instruction: Table 5.
+HEAP_CRITERIA = _criteria(
+    ("AH", "advice helpfulness", "turingadvice", False, False,
+     "Determine how helpful the advice is given a situation and advice."),
+    ("AG", "answer grammaticality", "tellmewhy", True, True,
+     "Determine the grammaticality of an answer given a narrative, a question and an answer to that question."),
+    ("AV", "answer validity", "tellmewhy", True, True,
+     "Determine the plausibility of the answer given a narrative, a question and an answer to that question."),
+    ("QA", "question answerability", "tellmewhy", False, False,
+     "Determine the comprehensibility of the question and whether the narrative contains the answer for "
+     "the question given a narrative and a question."),
+    ("HS", "HellaSwag ending appropriateness", "hellaswag", False, False,
+     "Determine how appropriate the follow up sentence is for the context given a context and a follow up "
+     "sentence."),
+    ("CR", "commonsense plausibility (CommonGen)", "commongen", False, False,
+     "Given a concept set, a reference sentence, and a sentence, determine the plausibility of the sentence."),
+    ("BCN", "best counter narrative", "counter_narratives", True, False,
+     f"Given {_HATE}, determine how good the counter narrative is."),
+    ("CCN", "choose counter narrative", "counter_narratives", True, False,
+     f"Given {_HATE}, determine how appropriate the counter narrative is in a real case scenario."),
+    ("CNG", "counter-narrative grammaticality", "counter_narratives", True, True,
+     f"Given {_HATE}, determine the grammaticality of the counter narrative."),
+    ("CNSp", "counter-narrative specificity", "counter_narratives", False, True,
+     f"Determine how specific the arguments brought by the counter narrative are in response to the hate "
+     f"speech given {_HATE}."),
+    ("CNSu", "counter-narrative suitability", "counter_narratives", True, True,
+     f"Given {_HATE}, determine how suitable the counter narrative is to the hate speech in terms of "
+     "semantic relatedness and in terms of not spreading hate."),
+    ("CNI", "counter-narrative informativeness (CHASM)", "chasm", False, True,
+     "Determine how informative the counter narrative is given a hate speech and a counter narrative in "
+     "response to the hate speech."),
+    ("CNO", "counter-narrative offensiveness (CHASM)", "chasm", True, True,
+     "Given a hate speech and a counter narrative in response to the hate speech, determine how offensive "
+     "the counter narrative is."),
+    ("CNSt", "counter-narrative stance (CHASM)", "chasm", False, True,
+     "Evaluate the stance of the counter narrative given a hate speech and a counter narrative in response "
+     "to the hate speech."),
+    ("HSO", "hate-speech offensiveness (CHASM)", "chasm", True, True,
+     "You are given a hate speech. Determine how offensive the hate speech is."),
+    ("SRC", "story rewriting: counterfactual", "story_rewriting", True, False,
+     f"{_STORY_TASK}, determine how reasonable the rewritten ending is given the premise and "
+     "counterfactual sentence provided."),
+    ("SRE", "story rewriting: ending", "story_rewriting", True, False,
+     f"{_STORY_TASK}. Determine how reasonably the rewritten ending outlines a sequence of events."),
+    ("SRPl", "story rewriting: plot", "story_rewriting", True, False,
+     "Determine how related the plot in the rewritten ending is to the plot in the premise " + _STORY),
+    ("SRPr", "story rewriting: premise", "story_rewriting", False, False,
+     "Determine how well the rewritten ending keeps in mind the details provided in the premise " + _STORY),
+    ("SRS", "story rewriting: second sentence", "story_rewriting", False, False,
+     "Determine how well the rewritten ending keeps in mind the details provided in the counterfactual "
+     + _STORY),
+    ("DIA", "defeasible inference: attenuator", "defeasible", False, True,
+     "You are given a premise, a hypothesis, and an update sentence. Determine how much the much the update "
+     "sentence weakens the hypothesis."),
+    ("DII", "defeasible inference: intensifier", "defeasible", False, True,
+     "Given a premise, a hypothesis, and an update sentence, determine how much the much the update sentence "
+     "strengthens the hypothesis."),
+)
+
+# Table 3's clusters (they overlap), then §6's clusters of criteria from one dataset.
+CLUSTERS: dict[str, tuple[str, ...]] = {
+    "context": ("AH", "AV", "QA", "HS", "CR", "BCN", "SRC", "DIA", "DII"),  # "require understanding the context C"
+    "no_context": ("AG", "CNG", "CNSp", "CNSu", "CNI", "CNO", "CNSt", "HSO", "SRPl", "SRPr"),
+    "hate_speech": ("BCN", "CCN", "CNG", "CNSp", "CNSu", "CNI", "CNO", "CNSt", "HSO"),
+    "tellmewhy": ("AG", "AV", "QA"),
+    "defeasible_inference": ("DIA", "DII"),
+    "story_rewriting": ("SRC", "SRE", "SRPl", "SRPr", "SRS"),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Hyperparameters:
+  """One row of Table 4: BART-base's tuned settings for a target criterion in one setup."""
+  gradient_accumulation: int
+  learning_rate: float
+  epochs: int
+
+
+def _table_4(rows: str) -> dict[str, Hyperparameters]:
+  out = {}
+  for row in rows.split(";"):
+    abbreviation, accumulation, learning_rate, epochs = row.split()
+    out[abbreviation] = Hyperparameters(int(accumulation), float(learning_rate), int(epochs))
+  return out
+
+
+# Table 4 (Appendix A), "Gradient Accumulation, Learning Rate, #Epochs" per target criterion. The
+# multi-task row is one model for all 22; the paper gives no cross-cluster rows (the recipes use
+# the cross-task row of the target).
+TABLE_4 = {
+    "single_task": _table_4(
+        "AH 4 2e-5 17; AG 8 2e-5 15; AV 32 3e-4 10; QA 4 2e-4 20; HS 64 2e-5 17; CR 16 2e-4 18; "
+        "BCN 4 3e-4 3; CCN 32 2e-4 15; CNG 32 2e-4 12; CNSp 8 2e-4 12; CNSu 128 3e-4 13; "
+        "CNI 32 2e-4 15; CNO 64 3e-4 5; CNSt 4 2e-5 13; HSO 128 3e-4 2; SRC 64 2e-4 7; SRE 16 3e-4 2; "
+        "SRPl 32 2e-4 15; SRPr 8 3e-4 4; SRS 8 2e-5 18; DIA 32 2e-4 15; DII 64 2e-5 17"),
+    "multitask": Hyperparameters(8, 2e-5, 16),
+    "cross_task": _table_4(
+        "AH 4 2e-5 16; AG 8 2e-5 19; AV 16 3e-4 17; QA 32 2e-5 9; HS 32 2e-5 6; CR 8 2e-5 20; "
+        "BCN 8 2e-5 15; CCN 16 2e-5 17; CNG 32 2e-5 20; CNSp 16 2e-5 5; CNSu 32 2e-5 15; "
+        "CNI 16 2e-5 19; CNO 16 3e-4 12; CNSt 32 2e-5 16; HSO 32 3e-4 1; SRC 4 2e-5 15; SRE 32 2e-5 8; "
+        "SRPl 8 2e-5 1; SRPr 4 2e-5 4; SRS 32 2e-5 4; DIA 8 2e-5 14; DII 32 2e-5 18"),
+}
+
+
+def task_name(abbreviation: str) -> str:
+  """The seqio task of a criterion: `heap_` and its abbreviation in lower case (`heap_srpl`)."""
+  return f"heap_{abbreviation.lower()}"
+
+
+def criterion_of(name: str) -> str:
+  """The abbreviation a criterion is known by, from its abbreviation in any case or its task name."""
+  key = name[len("heap_"):] if name.startswith("heap_") else name
+  for abbreviation in HEAP_CRITERIA:
+    if abbreviation.lower() == key.lower():
+      return abbreviation
+  raise ValueError(f"unknown HEAP criterion {name!r}; known: {', '.join(HEAP_CRITERIA)}")
+
+
+def render_inputs(instruction: str, context: Context, output_label: str, label_input: bool) -> str:
+  """The encoder's text: Table 5's `<instruction> <context> <answer>` less the answer.
+
+  HEAP feeds BART the whole string; a T5 reward model reads the output in its decoder, so the
+  output's label (label-input criteria) closes the inputs and `inputs + SEPARATOR + output`
+  is Table 5's layout, e.g. AG: `… <sep> narrative <sep> Tim was… <sep> question <sep> Why…
+  <sep> answer <sep> Tim got the job…`.
+  """
+  parts = [instruction]
+  for label, text in context:
+    parts += [label, text] if label_input else [text]
+  if label_input:
+    parts.append(output_label)
+  return SEPARATOR.join(parts)
+
+
+def paper_splits(comparisons, seed: int = 0) -> dict[str, str]:
+  """{comparison id: split}: HEAP §3 "randomly split into 80% train, 10% validation, and 10% test"
+  per task, seeded. With 3 or more comparisons each split gets at least one."""
+  ids = sorted(c.id for c in comparisons)
+  random.Random(f"heap-{seed}").shuffle(ids)
+  held_out = max(1, round(0.1 * len(ids))) if len(ids) >= 3 else 0
+  train = len(ids) - 2 * held_out
+  return {i: "train" if n < train else "validation" if n < train + held_out else "test"
+          for n, i in enumerate(ids)}
 
 
 def context_splits(contexts) -> dict:
   """{context: split}: contexts ordered by a hash, the last tenths to validation and test.
 
-  HEAP releases no splits. All comparisons of one context share a split, so no test context
-  is seen in training; the file tasks and the TFDS builder both split with this, so that their
-  items agree. With 3 or more contexts each split gets at least one, so even the quickstart
-  files evaluate.
+  The project's alternative to the paper's split: all comparisons of one context share a
+  split, so no test context (or output) is seen in training. With 3 or more contexts each
+  split gets at least one, so even the quickstart files evaluate.
   """
   ordered = sorted(set(contexts), key=lambda c: hashlib.sha256(repr(c).encode()).hexdigest())
   held_out = max(1, round(0.1 * len(ordered))) if len(ordered) >= 3 else 0
@@ -80,7 +223,52 @@ def context_splits(contexts) -> dict:
           for i, c in enumerate(ordered)}
 
 
-def _ranked(task: str, groups: dict) -> list[Comparison]:
+SPLIT_METHODS = ("paper", "by_context")
+
+
+def split_comparisons(comparisons, method: str = "paper", seed: int = 0) -> dict[str, str]:
+  """{comparison id: split} by `method`: 'paper' (random 80/10/10, seeded) or 'by_context'."""
+  if method == "paper":
+    return paper_splits(comparisons, seed)
+  if method == "by_context":
+    splits = context_splits(c.context for c in comparisons)
+    return {c.id: splits[c.context] for c in comparisons}
+  raise ValueError(f"HEAP split method {method!r}; expected one of {SPLIT_METHODS}")
+
+
+def context_id(context: Context) -> str:
+  """A short stable id of a context, shared by every comparison made in it."""
+  return hashlib.sha256(repr(context).encode()).hexdigest()[:16]
+
+
+def read_instruction_templates(path) -> tuple[dict[str, list[str]], records.ReadReport]:
+  """HEAP's instructions.json: {abbreviation: [phrasing, ...]} for every criterion.
+
+  The file is `{"criteria": {abbreviation: {"templates": [str, ...], "paper_table5": index}}}`;
+  a criterion missing, an empty phrasing or an index out of range is an error naming the field.
+  """
+  path = os.fspath(path)
+  with open(path, encoding="utf-8") as f:
+    try:
+      data = json.load(f)
+    except json.JSONDecodeError as e:
+      raise records.RecordError(path, e.lineno, None, f"not valid JSON: {e.msg}") from None
+  where = records.Where(path, None)
+  criteria = where.mapping(data, "criteria")
+  out = {}
+  for abbreviation in HEAP_CRITERIA:
+    entry = where.mapping(criteria, abbreviation, f"criteria.{abbreviation}")
+    field = f"criteria.{abbreviation}.templates"
+    templates = where.child(entry, "templates", field)
+    if not isinstance(templates, list) or not templates:
+      raise where.error(field, "expected a non-empty list of phrasings")
+    out[abbreviation] = [where.string(templates, i, f"{field}[{i}]") for i in range(len(templates))]
+    where.integer(entry, "paper_table5", f"criteria.{abbreviation}.paper_table5",
+                  choices=range(len(templates)))
+  return out, records.ReadReport(path=path, read=len(out))
+
+
+def _ranked(task: str, output_label: str, groups: dict) -> list[Comparison]:
   """groups: {key: (context, [(text, score), ...])} -> every strictly ordered pair."""
   out = []
   for context, outputs in groups.values():
@@ -89,10 +277,10 @@ def _ranked(task: str, groups: dict) -> list[Comparison]:
         continue
       (good, gs), (bad, bs) = ((a, sa), (b, sb)) if sa > sb else ((b, sb), (a, sa))
       out.append((context, good, bad, gs, bs))
-  return _numbered(task, out)
+  return _numbered(task, output_label, out)
 
 
-def _paired(task: str, judgments: dict) -> list[Comparison]:
+def _paired(task: str, output_label: str, judgments: dict) -> list[Comparison]:
   """judgments: {key: (context, text1, text2, [preferences for text1 in -1..1])} -> the mean decides."""
   out = []
   for context, first, second, prefs in judgments.values():
@@ -102,12 +290,11 @@ def _paired(task: str, judgments: dict) -> list[Comparison]:
     if mean != 0:
       good, bad = (first, second) if mean > 0 else (second, first)
       out.append((context, good, bad, abs(mean), -abs(mean)))
-  return _numbered(task, out)
+  return _numbered(task, output_label, out)
 
 
-def _numbered(task: str, rows) -> list[Comparison]:
-  instruction = HEAP_CRITERIA[task].instruction
-  return [Comparison(task, instruction, context, good, bad, float(gs), float(bs), f"{task}-{n}")
+def _numbered(task: str, output_label: str, rows) -> list[Comparison]:
+  return [Comparison(task, context, output_label, good, bad, float(gs), float(bs), f"{task}-{n}")
           for n, (context, good, bad, gs, bs) in enumerate(rows)]
 
 
@@ -115,11 +302,17 @@ def _mean(values) -> float:
   return sum(values) / len(values)
 
 
+def _integer_mean(values) -> int:
+  """HEAP's reduction of CHASM's rating lists, as its authors applied it (data README)."""
+  return sum(values) // len(values)
+
+
 def advice_comparisons(task, situations) -> list[Comparison]:
-  """Each system's advice against the top Reddit advice (score 0), by the Turk majority."""
+  """Each system's advice against the top Reddit advice (score 0), by the Turk majority.
+  Table 5's AH example is the post's title, then its text."""
   out = []
   for s in situations:
-    context = (("Subreddit", f"r/{s.subreddit}"), ("Title", s.title), ("Situation", s.selftext))
+    context = (("situation", f"{s.title} {s.selftext}"),)
     for system, advice in s.model_advice.items():
       score = s.ratings[system].preference_score()
       if advice == s.best_advice:
@@ -128,65 +321,114 @@ def advice_comparisons(task, situations) -> list[Comparison]:
         out.append((context, advice, s.best_advice, score, 0.0))
       else:
         out.append((context, s.best_advice, advice, 0.0, score))
-  return _numbered(task, out)
+  return _numbered(task, "advice", out)
 
 
 def tellmewhy_comparisons(task, answers) -> list[Comparison]:
   groups = collections.OrderedDict()
-  if task == "question_answerability":
+  if task == "QA":
     # A question is judged once but listed with each of its answers: one output per question.
     scores = collections.OrderedDict()
     for a in answers:
       scores.setdefault((a.narrative, a.question), []).append(1.0 if a.is_ques_answerable else 0.0)
     for (narrative, question), values in scores.items():
-      groups.setdefault(narrative, ((("Story", narrative),), []))[1].append((question, _mean(values)))
-    return _ranked(task, groups)
-  ratings = "val_ann" if task == "answer_validity" else "gram_ann"
+      groups.setdefault(narrative, ((("narrative", narrative),), []))[1].append((question, _mean(values)))
+    return _ranked(task, "question", groups)
+  ratings = "val_ann" if task == "AV" else "gram_ann"
   for a in answers:
-    context = (("Story", a.narrative), ("Question", a.question))
+    context = (("narrative", a.narrative), ("question", a.question))
     groups.setdefault(context, (context, []))[1].append((a.answer, _mean(getattr(a, ratings))))
-  return _ranked(task, groups)
+  return _ranked(task, "answer", groups)
 
 
 def defeasible_comparisons(task, updates) -> list[Comparison]:
-  label = "attenuator" if task == "update_attenuator" else "intensifier"
+  label = "attenuator" if task == "DIA" else "intensifier"
   sign = -1.0 if label == "attenuator" else 1.0  # a lower human label is a stronger weakener
   groups = collections.OrderedDict()
   for u in updates:
     if u.pred_label == label:
-      context = (("Premise", u.premise), ("Hypothesis", u.hypothesis))
+      context = (("premise", u.premise), ("hypothesis", u.hypothesis))
       groups.setdefault(context, (context, []))[1].append((u.update, sign * _mean(u.human_label)))
-  return _ranked(task, groups)
+  return _ranked(task, "update sentence", groups)
 
 
 def commongen_comparisons(task, judgments) -> list[Comparison]:
-  """Judgments of all raters (sheets) of the same pair are pooled by block and sentences."""
+  """Judgments of all raters (sheets) of the same pair are pooled by block and sentences; the
+  context is the concept set and its reference sentence (Table 5's CR example)."""
   pairs = collections.OrderedDict()
   for j in judgments:
     key = (j.block, j.concepts) + j.sentences
-    entry = pairs.setdefault(key, ((("Concepts", j.concepts),), *j.sentences, []))
+    context = (("concept set", j.concepts), ("reference sentence", j.reference))
+    entry = pairs.setdefault(key, (context, *j.sentences, []))
     if j.score is not None:
       entry[3].append(j.score)
-  return _paired(task, pairs)
+  return _paired(task, "sentence", pairs)
 
 
 _STORY_PREFERENCE = {"A": 1.0, "B": -1.0, "S": 0.0, "IR": 0.0}
+_STORY_ANSWER = {"SRC": "counterfactual", "SRE": "ending", "SRPl": "plot", "SRPr": "premise", "SRS": "second"}
 
 
 def story_comparisons(task, judgments) -> list[Comparison]:
-  """Pooled per story and pair of rewrites, whichever side each worker saw them on."""
-  criterion = task[len("story_"):]
+  """Pooled per story and pair of rewrites, whichever side each worker saw them on.
+
+  The context is the original story, then the second story (the premise and the counterfactual
+  sentence) whose ending was rewritten: Table 5's SRE example reads `story <sep> {premise}
+  {counterfactual} <sep> ending <sep> {rewritten ending}`.
+  """
+  criterion = _STORY_ANSWER[task]
   pairs = collections.OrderedDict()
   for j in judgments:
     first, second = sorted(j.rewrites)
-    context = (("Premise", j.premise), ("Original second sentence", j.second),
-               ("Original ending", j.ending), ("Counterfactual second sentence", j.counterfactual))
+    context = (("original story", f"{j.premise} {j.second} {j.ending}"),
+               ("story", f"{j.premise} {j.counterfactual}"))
     entry = pairs.setdefault((j.story_id, first, second), (context, first, second, []))
     answer = j.answers[criterion]
     if answer:  # blank: the worker skipped the question
       flip = 1.0 if j.rewrites[0] == first else -1.0
       entry[3].append(flip * _STORY_PREFERENCE[answer])
-  return _paired(task, pairs)
+  return _paired(task, "ending", pairs)
+
+
+_COUNTER_NARRATIVE_RATING = {"BCN": "best", "CCN": "choose", "CNG": "grammaticality",
+                             "CNSp": "specificity", "CNSu": "suitability"}
+
+
+def counter_narrative_comparisons(task, narratives) -> list[Comparison]:
+  """The five systems' counter narratives to one (hate speech, target), ranked by the rating."""
+  rating = _COUNTER_NARRATIVE_RATING[task]
+  groups = collections.OrderedDict()
+  for n in narratives:
+    context = (("hate speech", n.hate_speech), ("target", n.target))
+    groups.setdefault(context, (context, []))[1].append((n.text, float(getattr(n, rating))))
+  return _ranked(task, "counter narrative", groups)
+
+
+_CHASM_RATING = {"CNI": "informativeness", "CNO": "offensiveness", "CNSt": "stance"}
+
+
+def chasm_comparisons(task, posts) -> list[Comparison]:
+  """CNI, CNO, CNSt: the three systems' counter narratives of one post; HSO: the posts themselves,
+  compared across the whole collection (no context)."""
+  if task == "HSO":
+    ranked = [(p.post, float(_integer_mean(p.offensiveness))) for p in posts]
+    return _ranked(task, "hate speech", {(): ((), ranked)})
+  groups = collections.OrderedDict()
+  for p in posts:
+    context = (("hate speech", p.post),)
+    scored = [(n.text, float(_integer_mean(getattr(n, _CHASM_RATING[task])))) for n in p.narratives]
+    groups.setdefault(p.id, (context, scored))
+  return _ranked(task, "counter narrative", groups)
+
+
+def hellaswag_comparisons(task, items) -> list[Comparison]:
+  """Each item's true ending over each of its other endings (HEAP §3)."""
+  out = []
+  for item in items:
+    context = (("context", item.ctx),)
+    good = item.endings[item.label]
+    out += [(context, good, bad, 1.0, 0.0) for bad in item.endings if bad != good]
+  return _numbered(task, "follow up sentence", out)
 
 
 def _read_commongen(path, *, skip_invalid=False):
@@ -195,29 +437,50 @@ def _read_commongen(path, *, skip_invalid=False):
     sheet_judgments, report = heap_sources.read_commongen_sheet(sheet, skip_invalid=skip_invalid)
     judgments += sheet_judgments
     reports.append(report)
-  return judgments, records.ReadReport(
-      path=os.fspath(path), read=sum(r.read for r in reports), skipped=sum(r.skipped for r in reports),
-      errors=[e for r in reports for e in r.errors])
+  return judgments, records.ReadReport.combined(os.fspath(path), reports)
 
 
 # source name -> (reader of the released file, builder of comparisons from its records)
 SOURCES: dict[str, tuple[Callable, Callable]] = {
     "turingadvice": (turingadvice.read_turingadvice_eval, advice_comparisons),
     "tellmewhy": (heap_sources.read_tellmewhy, tellmewhy_comparisons),
+    "hellaswag": (heap_sources.read_hellaswag, hellaswag_comparisons),
     "commongen": (_read_commongen, commongen_comparisons),
-    "defeasible": (heap_sources.read_defeasible, defeasible_comparisons),
+    "counter_narratives": (heap_sources.read_counter_narratives, counter_narrative_comparisons),
+    "chasm": (heap_sources.read_chasm, chasm_comparisons),
     "story_rewriting": (heap_sources.read_story_rewriting, story_comparisons),
+    "defeasible": (heap_sources.read_defeasible, defeasible_comparisons),
 }
+
+
+# Source -> glob patterns of its released file under a data folder (../shared/data/heap's layout,
+# and the quickstart files' names): CommonGen and CHASM are folders of files, or one file.
+SOURCE_FILES = {
+    "turingadvice": ("**/turingadvice*.jsonl", "**/turingadvice/*.jsonl"),
+    "tellmewhy": ("**/tellmewhy*.csv", "**/tellmewhy/*.csv"),
+    "hellaswag": ("**/*hellaswag*.jsonl",),
+    "commongen": ("**/commongen",),
+    "counter_narratives": ("**/*counter_narratives*.csv", "**/counter_narratives/*.csv"),
+    "chasm": ("**/chasm", "**/*chasm*.json"),
+    "defeasible": ("**/def_inf*.jsonl",),
+    "story_rewriting": ("**/*comparison_eval*.csv",),
+}
+
+
+def find_source_files(folder, source: str) -> list[str]:
+  """The released files (or folders) of `source` under `folder`, searched recursively, sorted."""
+  return sorted({p for pattern in SOURCE_FILES[source]
+                 for p in glob.glob(os.path.join(folder, pattern), recursive=True)})
 
 
 def read_heap_comparisons(criterion: str, path, *, skip_invalid: bool = False
                           ) -> tuple[list[Comparison], records.ReadReport]:
-  """Comparisons for one criterion of HEAP_CRITERIA; the report counts source records.
+  """Comparisons for one criterion (abbreviation, or task name); the report counts source records.
 
-  `path` is the released file (for CommonGen: one sheet, or the folder of sheets).
+  `path` is the released file (CommonGen: one sheet or the folder of sheets; CHASM: one file or
+  the folder of its JSON files).
   """
-  if criterion not in HEAP_CRITERIA:
-    raise ValueError(f"unknown HEAP criterion {criterion!r}; known: {sorted(HEAP_CRITERIA)}")
+  criterion = criterion_of(criterion)
   read, compare = SOURCES[HEAP_CRITERIA[criterion].source]
   source_records, report = read(path, skip_invalid=skip_invalid)
   return compare(criterion, source_records), report

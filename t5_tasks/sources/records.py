@@ -5,6 +5,7 @@ A reader turns one file into rows (`json_array_rows`, `json_lines_rows`,
 and lets `read_records` decide whether a bad row raises or is skipped and counted.
 Errors always name the file, the row (line or index) and the field.
 """
+import collections
 import csv
 import dataclasses
 import json
@@ -50,6 +51,15 @@ class ReadReport:
     if self.normalised:
       line += "; normalised: " + ", ".join(f"{n} {what}" for what, n in self.normalised.items())
     return line
+
+  @classmethod
+  def combined(cls, path: str, reports) -> "ReadReport":
+    """One report for the files read as one dataset (a folder of sheets or JSON files)."""
+    normalised = collections.Counter()
+    for r in reports:
+      normalised.update(r.normalised)
+    return cls(path=path, read=sum(r.read for r in reports), skipped=sum(r.skipped for r in reports),
+               errors=[e for r in reports for e in r.errors], normalised=dict(normalised))
 
 
 def _describe(value: Any) -> str:

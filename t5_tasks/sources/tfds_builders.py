@@ -12,6 +12,7 @@ import os
 import numpy as np
 import tensorflow_datasets as tfds
 
+from t5_tasks import families
 from t5_tasks.sources import asq
 from t5_tasks.sources import heap
 from t5_tasks.sources import reddit_advice
@@ -199,57 +200,53 @@ class TuringadviceEval(_ManualBuilder):
             "preference_score": [s.ratings[x].preference_score() for x in systems]}
 
 
-# HEAP source -> where its released file lies under manual_dir (CommonGen: the folder of sheets).
-_HEAP_FILES = {
-    "turingadvice": ("**/turingadvice*.jsonl", "**/turingadvice/*.jsonl"),
-    "tellmewhy": ("**/tellmewhy*.csv", "**/tellmewhy/*.csv"),
-    "commongen": ("**/commongen",),
-    "defeasible": ("**/def_inf*.jsonl",),
-    "story_rewriting": ("**/*comparison_eval*.csv",),
-}
-
-
 class HeapComparisons(_ManualBuilder):
-  """HEAP: one config per criterion; (instruction, context, good, bad) comparisons.
-
-  HEAP releases no splits: comparisons go to train, validation and test by their context with
-  `heap.context_splits`, as the file tasks split them, so a `_tfds` task has their items.
+  """HEAP: one config per criterion (its abbreviation in lower case); the examples of the file
+  task `heap_<abbreviation>` (`families.heap_examples`: Table 5's inputs, the good then the bad
+  output), in the splits it makes, so a `_tfds` task has its items. The gin settings
+  `heap_split` and `heap_instruction` in force when the dataset is built are the ones it keeps.
   """
   name = "heap_comparisons"
-  VERSION = tfds.core.Version("1.1.0")
+  VERSION = tfds.core.Version("2.0.0")
   RELEASE_NOTES = {"1.0.0": "Every comparison in 'test'.",
-                   "1.1.0": "train/validation/test by context (heap.context_splits), as the file tasks."}
-  BUILDER_CONFIGS = [tfds.core.BuilderConfig(name=c, description=heap.HEAP_CRITERIA[c].instruction)
-                     for c in heap.HEAP_CRITERIA]
+                   "1.1.0": "train/validation/test by context (heap.context_splits), as the file tasks.",
+                   "2.0.0": "All 22 criteria, named by abbreviation; Table 5's rendered inputs and a "
+                            "context id; the paper's random 80/10/10 split by default."}
+  BUILDER_CONFIGS = [tfds.core.BuilderConfig(name=a.lower(), description=c.name)
+                     for a, c in heap.HEAP_CRITERIA.items()]
   MANUAL_DOWNLOAD_INSTRUCTIONS = ("Put HEAP's released judgment files in manual_dir (../shared/data works as is): "
-                                  + "; ".join(f"{s}: {' or '.join(p)}" for s, p in _HEAP_FILES.items()))
-  FEATURES = {"id": _TEXT, "instruction": _TEXT, "context_labels": _TEXTS, "context_texts": _TEXTS,
-              "good": _TEXT, "bad": _TEXT, "good_score": np.float32, "bad_score": np.float32}
+                                  + "; ".join(f"{s}: {' or '.join(p)}" for s, p in heap.SOURCE_FILES.items()))
+  FEATURES = {"id": _TEXT, "context_id": _TEXT, "context_texts": _TEXTS, "inputs": _TEXT,
+              "good": _TEXT, "bad": _TEXT,
+              "good_score": np.float32, "bad_score": np.float32}
+
+  @property
+  def _criterion(self):
+    return heap.criterion_of(self.builder_config.name)
 
   def found_files(self, manual_dir):
-    paths = find_files(manual_dir, _HEAP_FILES[heap.HEAP_CRITERIA[self.builder_config.name].source])
+    paths = find_files(manual_dir, heap.SOURCE_FILES[heap.HEAP_CRITERIA[self._criterion].source])
     return {"all": paths} if paths else {}
 
   def _files(self, dl_manager):
     files = self.found_files(dl_manager.manual_dir)
     if not files:
-      source = heap.HEAP_CRITERIA[self.builder_config.name].source
+      source = heap.HEAP_CRITERIA[self._criterion].source
       raise FileNotFoundError(f"{self.name}/{self.builder_config.name}: no {source} file in "
                               f"{dl_manager.manual_dir}. {self.MANUAL_DOWNLOAD_INSTRUCTIONS}")
     return files
 
   def _split_generators(self, dl_manager):
-    comparisons = [(path, c) for path in self._files(dl_manager)["all"]
-                   for c in heap.read_heap_comparisons(self.builder_config.name, path)[0]]
-    splits = heap.context_splits(c.context for _, c in comparisons)
+    source = f"heap/{heap.HEAP_CRITERIA[self._criterion].source}"
     by_split = {}
-    for path, c in comparisons:
-      by_split.setdefault(splits[c.context], []).append((path, c))
-    return {split: self._generate_examples(rows) for split, rows in by_split.items()}  # none empty
+    for path in self._files(dl_manager)["all"]:
+      for split, examples in families.heap_examples({source: {"all": path}}, self._criterion).items():
+        by_split.setdefault(split, []).extend((path, ex) for ex in examples)
+    return {split: self._generate_examples(rows) for split, rows in by_split.items() if rows}
 
   def _generate_examples(self, rows):
-    for path, c in rows:
-      yield f"{path}:{c.id}", {
-          "id": c.id, "instruction": c.instruction, "context_labels": [label for label, _ in c.context],
-          "context_texts": [text for _, text in c.context], "good": c.good, "bad": c.bad,
-          "good_score": c.good_score, "bad_score": c.bad_score}
+    for path, ex in rows:
+      yield f"{path}:{ex['id']}", {
+          "id": ex["id"], "context_id": ex["context_id"], "context_texts": ex["context_texts"],
+          "inputs": ex["inputs"], "good": ex["candidates"][0], "bad": ex["candidates"][1],
+          "good_score": ex["candidate_scores"][0], "bad_score": ex["candidate_scores"][1]}

@@ -187,10 +187,34 @@ def test_interrupted_evaluation_resumes_to_the_same_outputs(uninterrupted, check
     assert (tmp_path / name).read_bytes() == (uninterrupted / name).read_bytes(), name
 
 
+def test_metric_groups_average_the_finished_task_metrics(uninterrupted, checkpoint, tmp_path,
+                                                         monkeypatch):
+  for name in (outputs.PREDICTIONS_FILE, evaluate.SETTINGS_FILE):  # a finished evaluation
+    (tmp_path / name).write_bytes((uninterrupted / name).read_bytes())
+  tasks = outputs.read_metrics(str(uninterrupted))
+  preference = [t for t, by_name in tasks.items() if "pairwise_accuracy" in by_name]
+  assert len(preference) >= 2
+  monkeypatch.setattr(scoring, "score_candidates", None)  # nothing is scored again
+  returned = _run(checkpoint, tmp_path, metric_groups={
+      "preference": preference, "all_tasks": list(tasks), "none": ["not_evaluated"]})
+  written = outputs.read_metrics(str(tmp_path))
+  assert written == returned
+  assert {t: written[t] for t in tasks} == tasks  # the tasks' own metrics are unchanged
+  # No metric is reported by every task, and "none" has no evaluated member: only one group.
+  assert sorted(set(written) - set(tasks)) == ["preference"]
+  entry = written["preference"]["pairwise_accuracy"]
+  assert entry["tasks"] == len(preference)
+  for key in ("value", "low", "high"):
+    assert entry[key] == pytest.approx(sum(tasks[t]["pairwise_accuracy"][key] for t in preference)
+                                       / len(preference))
+  html = (tmp_path / "report.html").read_text()
+  assert f"<td>preference</td><td>pairwise_accuracy</td><td>{len(preference)}</td>" in html
+
+
 def test_reward_scorer_scores_with_the_reward_head(tmp_path):
   params = reward_lib.init_reward_params(CONFIG, jax.random.PRNGKey(1))
   path = _save(tmp_path / "reward", params)
-  task = "heap_advice_helpfulness"
+  task = "heap_ah"
   metrics = _run(path, tmp_path / "out", mixture_or_task_name=task, scorer="reward")
   records = outputs.read_predictions(str(tmp_path / "out" / outputs.PREDICTIONS_FILE))
   _, arrays = _task_arrays(task)
@@ -202,7 +226,7 @@ def test_reward_scorer_scores_with_the_reward_head(tmp_path):
 
 def test_reward_scorer_needs_a_reward_head(checkpoint, tmp_path):
   with pytest.raises(ValueError, match="has no 'reward_head' parameters"):
-    _run(checkpoint, tmp_path, mixture_or_task_name="heap_advice_helpfulness", scorer="reward")
+    _run(checkpoint, tmp_path, mixture_or_task_name="heap_ah", scorer="reward")
 
 
 def test_refuses_to_resume_with_other_settings(uninterrupted, checkpoint):
@@ -242,10 +266,10 @@ def test_eval_gin_runs_evaluate_with_the_model_file(gin_config, tmp_path):
   train_script.parse_gin(
       ["gin/models/t5_1_1/tiny.gin", "gin/runs/eval.gin", "gin/mixtures/quickstart.gin"],
       [f"CHECKPOINT_PATH = '{tmp_path / 'ckpt'}'", f"EVAL_OUTPUT_DIR = '{tmp_path / 'out'}'",
-       "MIXTURE_OR_TASK_NAME = 'heap_advice_helpfulness'", f"TASK_FEATURE_LENGTHS = {LENGTHS}",
+       "MIXTURE_OR_TASK_NAME = 'heap_ah'", f"TASK_FEATURE_LENGTHS = {LENGTHS}",
        "BATCH_SIZE = 4"], [str(PROJECT_ROOT)])
   metrics = gin.get_configurable(evaluate.evaluate)()
-  assert list(metrics) == ["heap_advice_helpfulness"]
+  assert list(metrics) == ["heap_ah"]
   assert outputs.read_metrics(str(tmp_path / "out")) == metrics
   settings = json.loads((tmp_path / "out" / evaluate.SETTINGS_FILE).read_text())
   assert settings["scorer"] == "likelihood" and settings["normalization"] == "token"

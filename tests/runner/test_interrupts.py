@@ -4,7 +4,6 @@ a rerun evaluation resumes to the end."""
 import json
 import re
 import signal
-import subprocess
 import sys
 
 import jax
@@ -13,7 +12,8 @@ import pytest
 from models.config import T5Config
 from models.network import init_params
 from runner import checkpoints
-from tests.conftest import PROJECT_ROOT
+from scripts import evaluate as evaluate_script
+from tests.helpers import cli
 from tests.helpers.processes import script_env
 from tests.helpers.processes import signal_at_line
 
@@ -41,7 +41,7 @@ def _complete_lines(path) -> list[dict]:
 
 def test_evaluation_stops_on_ctrl_c_and_the_same_command_resumes(checkpoint, compilation_cache, tmp_path):
   out = tmp_path / "eval"
-  # custom.gin's mixture: asq_intent_cloze (12 items), then heap_advice_helpfulness (3).
+  # custom.gin's mixture: asq_intent_cloze (12 items), then heap_ah (3).
   command = [sys.executable, "-m", "scripts.evaluate", "--gin_file=gin/models/t5_1_1/tiny.gin",
              "--gin_file=gin/runs/eval.gin", "--gin_file=gin/mixtures/custom.gin",
              f"--gin.CHECKPOINT_PATH='{checkpoint}'", f"--gin.EVAL_OUTPUT_DIR='{out}'", "--gin.BATCH_SIZE=4",
@@ -60,8 +60,10 @@ def test_evaluation_stops_on_ctrl_c_and_the_same_command_resumes(checkpoint, com
   assert 0 < done == len(records) < total
   assert not (out / "metrics.json").exists() and not (out / "report.html").exists()
 
-  result = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)
-  assert result.returncode == 0, result.stderr[-3000:]
+  # The same command line again, in this process (tests/helpers/cli.py): the signal's exit code
+  # needed a real process, the resumption does not, and here it reuses the compiled programs.
+  result = cli.run_script(evaluate_script.main, command[3:], program="evaluate")
+  assert result.code == 0, result.stderr[-3000:]
   assert f"resuming: {done} items already in {out}/predictions.jsonl" in result.stdout
   records = _complete_lines(out / "predictions.jsonl")
   assert len(records) == total == len({(r["task"], r["id"]) for r in records})

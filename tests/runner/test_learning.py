@@ -37,6 +37,11 @@ SIZES = {"train": 1024, "test": 96}
 CLOZE_TASK = "synthetic_context_cloze"
 PREFERENCE_TASK = "synthetic_context_preference"
 COLOURS = ("red", "blue", "green", "gold")
+# Steps at learning rate 1e-2 (each ~0.2-0.4 s on two cores). Test accuracy after 20/40/60/80 steps,
+# with the training seed (initialisation and data order) 0, 1 and 2: cloze 0.77-0.98/0.99-1.0/1.0/
+# 0.71-1.0, preference 0.69-0.74/0.90-0.94/0.94-0.96/0.93-0.97; the tests ask 0.9 (chance 0.25, 0.5).
+CLOZE_STEPS = 40
+PREFERENCE_STEPS = 60
 
 
 def _word(rng, length):
@@ -63,7 +68,7 @@ def _cloze_item(rng, i):
 def _preference_item(rng, i):
   """Good: the context's random word; bad: another random word of the same length."""
   good, bad = _word(rng, 3 + i % 3), _word(rng, 3 + i % 3)
-  return dict(instruction="Repeat the word.", context_labels=["word"], context_texts=[good],
+  return dict(inputs=f"Repeat the word. <sep> {good}", context_id=good, context_texts=[good],
               candidates=[good, bad], candidate_labels=[1, 0], candidate_scores=[1.0, 0.0])
 
 
@@ -80,7 +85,7 @@ def synthetic_tasks():
   cloze_signature = {**families.CLOZE_SIGNATURE, "inputs": tf.TensorSpec([], tf.string)}
   for name, build, signature, make_inputs, metric_fn in (
       (CLOZE_TASK, cloze_items, cloze_signature, preprocessors.cloze_targets, metrics.asq_metric_fn),
-      (PREFERENCE_TASK, preference_items, families.SIGNATURES["preference"], preprocessors.preference_inputs,
+      (PREFERENCE_TASK, preference_items, families.SIGNATURES["preference"], preprocessors.cloze_targets,
        metrics.preference_metric_fn)):
     seqio.TaskRegistry.add(
         name, source=tasks.ReaderSource(build, signature, tuple(SIZES), files_key=[]),
@@ -121,7 +126,7 @@ def _train(task, model_dir, objective, steps, learning_rate):
 def test_tiny_model_learns_a_cloze_answered_by_the_context(tmp_path):
   checkpoints.save_params(str(tmp_path / "random" / "params"), init_params(TINY, jax.random.PRNGKey(0)))
   _, before = _evaluate(CLOZE_TASK, tmp_path / "random", tmp_path / "eval_random", "likelihood")
-  _train(CLOZE_TASK, tmp_path / "model", "cross_entropy", steps=120, learning_rate=1e-2)
+  _train(CLOZE_TASK, tmp_path / "model", "cross_entropy", steps=CLOZE_STEPS, learning_rate=1e-2)
   returned, after = _evaluate(CLOZE_TASK, tmp_path / "model", tmp_path / "eval", "likelihood")
 
   # Every colour is the answer equally often, and only the context says which: chance is 0.25.
@@ -138,7 +143,7 @@ def test_tiny_reward_model_learns_a_preference_decided_by_the_context(tmp_path):
   params = reward_lib.init_reward_params(TINY, jax.random.PRNGKey(0))
   checkpoints.save_params(str(tmp_path / "random" / "params"), params)
   _, before = _evaluate(PREFERENCE_TASK, tmp_path / "random", tmp_path / "eval_random", "reward")
-  _train(PREFERENCE_TASK, tmp_path / "model", "pairwise", steps=120, learning_rate=1e-2)
+  _train(PREFERENCE_TASK, tmp_path / "model", "pairwise", steps=PREFERENCE_STEPS, learning_rate=1e-2)
   returned, after = _evaluate(PREFERENCE_TASK, tmp_path / "model", tmp_path / "eval", "reward")
 
   # Both responses are random words of one length; only the context says which is preferred.

@@ -18,7 +18,7 @@ from tests.conftest import PROJECT_ROOT
 TINY = T5Config(vocab_size=384, emb_dim=32, num_heads=2, head_dim=8, mlp_dim=64,
                 num_encoder_layers=1, num_decoder_layers=1)
 LENGTHS = {"inputs": 64, "targets": 16}
-TASK = "heap_advice_helpfulness"  # a preference task over the quickstart's TuringAdvice file
+TASK = "heap_ah"  # a preference task over the quickstart's TuringAdvice file
 
 
 @pytest.fixture
@@ -41,7 +41,9 @@ def _evaluate(checkpoint_path, output_dir):
 
 def test_evaluating_a_later_checkpoint_into_the_same_directory_is_refused(tmp_path):
   run, out = tmp_path / "run", tmp_path / "run" / "eval"
-  _train(run, 2)
+  # One run makes both checkpoints: step 2, evaluated first (by its step directory), and step 4,
+  # the run's latest, evaluated next into the same directory.
+  _train(run, 4, checkpoint_every=2)
   recorded = json.loads((run / train.DATA_FILES).read_text())
   files = recorded["tasks"][TASK]["files"]
   assert [f["dataset"] for f in files] == ["heap/turingadvice"] and files[0]["quickstart"]
@@ -50,7 +52,7 @@ def test_evaluating_a_later_checkpoint_into_the_same_directory_is_refused(tmp_pa
   situations = [line for line in pathlib.Path(files[0]["path"]).read_text().splitlines() if line.strip()]
   assert files[0]["records_read"] == len(situations) > 0 and files[0]["records_skipped"] == 0
 
-  metrics = _evaluate(run, out)
+  metrics = _evaluate(run / "checkpoints" / "2", out)
   provenance = outputs.read_provenance(str(out))
   assert outputs.read_metrics(str(out)) == metrics  # the provenance stays out of the metrics
   assert provenance["checkpoint_step"] == 2 and provenance["params_fingerprint"].startswith("sha256:")
@@ -61,7 +63,6 @@ def test_evaluating_a_later_checkpoint_into_the_same_directory_is_refused(tmp_pa
   assert "at step 2" in (out / "report.html").read_text()
   assert f"{len(situations)} records read, 0 skipped" in (out / "report.html").read_text()
 
-  _train(run, 4)
   with pytest.raises(ValueError, match=r"holds predictions of another evaluation; fields that differ "
                                        r"from .*evaluation.json: checkpoint_step, params_fingerprint "
                                        r"\(recorded checkpoint step 2, now 4\)"
@@ -134,7 +135,9 @@ def test_a_short_run_reports_progress_at_least_every_tenth_of_its_steps(tmp_path
   def batches(start):
     del start
     while True:
-      yield {"input_ids": np.full((2, 8), 5, np.int32), "target_ids": np.full((2, 4), 6, np.int32)}
+      # The shapes of _train's batches (LENGTHS): the step compiled for the test above is reused.
+      yield {"input_ids": np.full((2, LENGTHS["inputs"]), 5, np.int32),
+             "target_ids": np.full((2, LENGTHS["targets"]), 6, np.int32)}
   _train(tmp_path / "run", 20, log_every=50, batch_source=batches)
   reported = [int(m) for m in re.findall(r"^step (\d+)/20", capsys.readouterr().out, re.MULTILINE)]
   assert reported == list(range(2, 21, 2))

@@ -92,6 +92,10 @@ def test_schedules_follow_their_formulas():
   assert float(cosine(50)) == pytest.approx(0.5 * (1 + np.cos(np.pi * 0.5)), abs=1e-6)
   with pytest.raises(ValueError, match="cosine' needs decay_steps"):
     trainer.make_schedule("cosine", 1.0)
+  # Hugging Face's get_linear_schedule_with_warmup: up over 10 steps, down to 0 at step 110.
+  linear = trainer.make_schedule("linear", 2e-5, warmup_steps=10, decay_steps=110)
+  assert [float(linear(s)) for s in (0, 5, 10, 60, 110)] == pytest.approx([0, 1e-5, 2e-5, 1e-5, 0], abs=1e-12)
+  assert float(trainer.make_schedule("linear", 2e-5, decay_steps=100)(25)) == pytest.approx(1.5e-5)
   with pytest.raises(ValueError, match="unknown optimizer 'sgd'"):
     trainer.make_optimizer("sgd")
 

@@ -8,8 +8,10 @@ import sys
 
 from absl import app
 from absl import flags
+import numpy as np
 import pytest
 
+from runner import outputs
 from scripts import analyze
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -145,3 +147,92 @@ def test_unknown_analysis_is_refused(tmp_path):
   fv(["analyze", f"--out={tmp_path}"])
   with pytest.raises(app.UsageError, match="give one analysis: turingadvice, asq, agreement"):
     analyze.run("nonsense", fv)
+
+
+# Three seeds' metrics.json: accuracy (and Spearman of the ranked AG and DIA) per criterion; the
+# third run did not evaluate DII, and read its HSO through the `_tfds` twin.
+HEAP_RUNS = [
+    {"heap_ah": (0.60,), "heap_ag": (0.70, 0.30), "heap_dia": (0.55, 0.20), "heap_dii": (0.65,),
+     "heap_hso": (0.50,)},
+    {"heap_ah": (0.64,), "heap_ag": (0.78, 0.25), "heap_dia": (0.61, 0.10), "heap_dii": (0.59,),
+     "heap_hso": (0.58,)},
+    {"heap_ah": (0.71,), "heap_ag": (0.74, 0.35), "heap_dia": (0.52, 0.15), "heap_hso_tfds": (0.62,)},
+]
+# Table 3's clusters of these criteria, from the paper (cluster 1 "context", 2 "no_context", 3
+# "hate_speech", §6's "tellmewhy" and "defeasible_inference"); "all" is Table 2's Average.
+PAPER_CLUSTERS = {"context": ("ah", "dia", "dii"), "no_context": ("ag", "hso"), "hate_speech": ("hso",),
+                  "tellmewhy": ("ag",), "defeasible_inference": ("dia", "dii"),
+                  "all": ("ah", "ag", "dia", "dii", "hso")}
+
+
+def _criterion(run: dict, abbreviation: str):
+  return run.get(f"heap_{abbreviation}") or run.get(f"heap_{abbreviation}_tfds")
+
+
+def test_heap_runs_mean_and_std_over_seeds(tmp_path):
+  dirs = []
+  for seed, run in enumerate(HEAP_RUNS):
+    metrics = {"asq_intent_cloze": {"accuracy": outputs.interval(0.9, 0.8, 1.0)}}
+    for task, values in run.items():
+      metrics[task] = {"pairwise_accuracy": outputs.interval(values[0], values[0] - 0.1, values[0] + 0.1)}
+      if len(values) > 1:
+        metrics[task]["spearman"] = outputs.interval(values[1], values[1] - 0.2, values[1] + 0.2)
+    dirs.append(tmp_path / f"seed{seed}")
+    dirs[-1].mkdir()
+    outputs.write_metrics(str(dirs[-1]), metrics, provenance={"seed": seed})
+  output = tmp_path / "table" / "heap_runs.json"
+  result = subprocess.run([sys.executable, "-m", "scripts.analyze", "heap_runs",
+                           f"--eval_dirs={','.join(map(str, dirs))}", f"--output={output}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  table = json.loads(output.read_text())
+  assert table["runs"] == [str(d) for d in dirs]
+  for abbreviation, key in (("ah", "AH"), ("ag", "AG"), ("dia", "DIA"), ("dii", "DII"), ("hso", "HSO")):
+    values = [_criterion(run, abbreviation) for run in HEAP_RUNS if _criterion(run, abbreviation)]
+    accuracy = table["criteria"][key]["pairwise_accuracy"]
+    assert accuracy["n"] == len(values)
+    assert accuracy["mean"] == pytest.approx(np.mean([v[0] for v in values]))
+    assert accuracy["std"] == pytest.approx(np.std([v[0] for v in values], ddof=1))
+    assert ("spearman" in table["criteria"][key]) == (len(values[0]) > 1)
+    if len(values[0]) > 1:
+      assert table["criteria"][key]["spearman"]["mean"] == pytest.approx(np.mean([v[1] for v in values]))
+      assert table["criteria"][key]["spearman"]["std"] == pytest.approx(np.std([v[1] for v in values], ddof=1))
+  assert sorted(table["criteria"]) == ["AG", "AH", "DIA", "DII", "HSO"]
+  for cluster, members in PAPER_CLUSTERS.items():
+    per_run = [np.mean([_criterion(run, a)[0] for a in members if _criterion(run, a)]) for run in HEAP_RUNS]
+    entry = table["clusters"][cluster]["pairwise_accuracy"]
+    assert entry["mean"] == pytest.approx(np.mean(per_run)), cluster
+    assert entry["std"] == pytest.approx(np.std(per_run, ddof=1)), cluster
+  assert "story_rewriting" not in table["clusters"]  # none of its criteria was evaluated
+  assert table["clusters"]["context"]["criteria"] == [2, 3]  # the third run lacks DII
+  assert table["criteria"]["DII"]["runs"] == 2 and table["criteria"]["HSO"]["runs"] == 3
+  ag = table["criteria"]["AG"]["pairwise_accuracy"]
+  assert f"{100 * ag['mean']:.2f} ± {100 * ag['std']:.2f}" in result.stdout
+  assert "HEAP per criterion over 3 runs (Table 2)" in result.stdout and "Table 3" in result.stdout
+
+
+def test_heap_counts_every_criterion_with_a_file(capsys, tmp_path, shared_data):
+  """`scripts.analyze heap` on the real data: the counts are HEAP's rule recomputed from the raw
+  files (tests/t5_tasks/test_sources_heap.py), split 80/10/10; the six sources with no file here
+  are named as brought by the user."""
+  from tests.t5_tasks import test_sources_heap as recount  # pylint: disable=g-import-not-at-top
+  fv = flags.FlagValues()
+  analyze.define_flags(fv)
+  fv(["analyze", f"--data_dir={shared_data}", f"--output={tmp_path / 'counts.json'}"])
+  counts = analyze.run("heap", fv)
+  console = capsys.readouterr().out
+  assert json.loads((tmp_path / "counts.json").read_text()) == counts
+  chasm = sorted((shared_data / "heap" / "chasm").glob("*.json"))
+  for task in ("CNI", "CNO", "CNSt", "HSO"):
+    assert counts[task]["comparisons"] == recount._chasm_expected(chasm, task)
+  tellmewhy = recount._tellmewhy_expected(shared_data / "heap" / "tellmewhy" / "test_caters_subset.csv")
+  assert [counts[t]["comparisons"] for t in ("AV", "AG", "QA")] == [tellmewhy[t] for t in ("AV", "AG", "QA")]
+  missing = [a for a, e in counts.items() if not e["files"]]
+  assert missing == ["HS", "BCN", "CCN", "CNG", "CNSp", "CNSu"]
+  for abbreviation, e in counts.items():
+    if e["files"]:
+      held_out = max(1, round(0.1 * e["comparisons"]))
+      assert (e["validation"], e["test"], e["train"]) == (held_out, held_out, e["comparisons"] - 2 * held_out)
+      assert re.search(rf"^{abbreviation} +.+? {e['comparisons']} +{e['train']} ", console, re.M), abbreviation
+  assert console.count("bring your own file") == 6
+  assert f"16 of 22 criteria have a file here; {sum(e['comparisons'] or 0 for e in counts.values())}" in console

@@ -8,11 +8,8 @@ scripts.generate's command line with the best_of_n recipe (run in this process, 
 independent re-sampling (the documented seed scheme) and re-scoring with `models.reward.reward`.
 The checks here read no TensorFlow: the inputs are byte-encoded as ByteVocabulary does.
 """
-import contextlib
-import io
 import json
 import math
-import os
 import re
 
 import jax
@@ -25,7 +22,7 @@ from models.config import T5Config
 from runner import checkpoints
 from runner import partitioning
 from runner import reward_normalization
-from tests.conftest import PROJECT_ROOT
+from tests.helpers import cli
 
 N = 3
 INPUT_LENGTH, MAX_LENGTH, BATCH = 256, 16, 2
@@ -33,26 +30,11 @@ INPUT_LENGTH, MAX_LENGTH, BATCH = 256, 16, 2
 
 def _generate(argv) -> str:
   """stdout of `python -m scripts.generate ARGV`, run in this process as its `__main__` runs it
-  (absl flags, the rewritten gin arguments, `one_line_errors(main)`), from the project root."""
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  import gin  # pylint: disable=g-import-not-at-top
+  (tests/helpers/cli.py), from the project root; fails on a non-zero exit."""
   from scripts import generate as generate_script  # pylint: disable=g-import-not-at-top
-  from scripts import train as train_script  # pylint: disable=g-import-not-at-top
-  if "gin_file" not in flags.FLAGS:
-    train_script.define_flags()
-  flags.FLAGS.unparse_flags()
-  remaining = flags.FLAGS(train_script.rewrite_gin_args(["generate", *argv]))
-  gin.clear_config()
-  out, cwd = io.StringIO(), os.getcwd()
-  try:
-    os.chdir(PROJECT_ROOT)
-    with contextlib.redirect_stdout(out):
-      train_script.one_line_errors(generate_script.main)(remaining)
-  finally:
-    os.chdir(cwd)
-    flags.FLAGS.unparse_flags()
-    gin.clear_config()
-  return out.getvalue()
+  result = cli.run_script(generate_script.main, argv, program="generate")
+  assert result.code == 0, f"exit {result.code}\n{result.stderr[-3000:]}"
+  return result.stdout
 
 
 # gin/models/t5_1_1/tiny.gin's model, so that scripts.generate's model file agrees with the checkpoint.

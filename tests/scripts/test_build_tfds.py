@@ -27,8 +27,8 @@ def manual_dir(tmp_path):
 
 def test_builds_the_datasets_found_and_skips_the_others(manual_dir, tmp_path, capsys):
   prepared = build_tfds.build(str(manual_dir), str(tmp_path / "tfds"))
-  tellmewhy = ["heap_comparisons/answer_grammaticality", "heap_comparisons/answer_validity",
-               "heap_comparisons/question_answerability"]
+  tellmewhy = ["heap_comparisons/ag", "heap_comparisons/av",
+               "heap_comparisons/qa"]
   assert sorted(prepared) == tellmewhy + ["timedial"]
   assert prepared["timedial"] == {"test": len(json.loads((DATA / "timedial_test.json").read_text()))}
   for name in tellmewhy:  # HEAP's comparisons split by context, as its file tasks split them
@@ -43,8 +43,8 @@ def test_builds_the_datasets_found_and_skips_the_others(manual_dir, tmp_path, ca
 
 
 def test_named_datasets_only_and_each_must_have_its_files(manual_dir, tmp_path):
-  prepared = build_tfds.build(str(manual_dir), str(tmp_path / "tfds"), ["heap_comparisons/answer_validity"])
-  assert list(prepared) == ["heap_comparisons/answer_validity"]
+  prepared = build_tfds.build(str(manual_dir), str(tmp_path / "tfds"), ["heap_comparisons/av"])
+  assert list(prepared) == ["heap_comparisons/av"]
   with pytest.raises(FileNotFoundError, match=r"asq: no files under .*asq_train\*\.json"):
     build_tfds.build(str(manual_dir), str(tmp_path / "tfds"), ["timedial", "asq"])
   with pytest.raises(app.UsageError, match="unknown dataset 'timedail'"):

@@ -13,8 +13,6 @@ read only later (lengths, seed, z-loss) are checked with the command line (scrip
 MACRO_KINDS). A few cases run as real `python -m scripts.train` and
 `python -m scripts.evaluate` processes, to show the command line behaves as the wrapper does.
 """
-import contextlib
-import io
 import pathlib
 import random
 import re
@@ -28,6 +26,7 @@ from absl import flags
 from scripts import evaluate as evaluate_script
 from scripts import train as train_script
 from tests.conftest import PROJECT_ROOT
+from tests.helpers import cli
 from tests.helpers.processes import script_env
 
 GIN = PROJECT_ROOT / "gin"
@@ -101,8 +100,7 @@ class _ReachedTraining(Exception):
 @pytest.fixture(scope="module", autouse=True)
 def cli_flags():
   """The scripts' flags, defined on absl's FLAGS as their `__main__` does (once per process)."""
-  if "gin_file" not in flags.FLAGS:
-    train_script.define_flags()
+  cli.define_script_flags()
   yield
   flags.FLAGS.unparse_flags()
   gin.clear_config()
@@ -121,21 +119,11 @@ def stub_start(monkeypatch):
 
 def run_command(main, files, bindings, strict=False) -> tuple[object, str, str]:
   """(exit code or "started", stderr, stdout) of the command line `files` + `bindings`, run in this
-  process as `app.run(one_line_errors(main))` runs it; any other exception escapes."""
-  argv = ["script", *(f"--gin_file={f}" for f in files), *bindings] + (["--strict_gin"] if strict else [])
-  flags.FLAGS.unparse_flags()
-  remaining = flags.FLAGS(train_script.rewrite_gin_args(argv))
-  gin.clear_config()
-  out, err = io.StringIO(), io.StringIO()
-  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    try:
-      train_script.one_line_errors(main)(remaining)
-      code = 0
-    except SystemExit as exit_:
-      code = exit_.code
-    except _ReachedTraining:
-      code = "started"
-  return code, err.getvalue(), out.getvalue()
+  process as `app.run(one_line_errors(main))` runs it, from the test's directory; any other
+  exception escapes."""
+  argv = [*(f"--gin_file={f}" for f in files), *bindings] + (["--strict_gin"] if strict else [])
+  result = cli.run_script(main, argv, cwd=None, started=_ReachedTraining)
+  return result.code, result.stderr, result.stdout
 
 
 def _error_paragraph(stderr: str) -> str:

@@ -162,14 +162,14 @@ def test_length_baseline_on_summaries_counts_words_of_the_test_comparisons(tmp_p
       tmp_path / "model"))
 
 
-def test_turingadvice_file_is_scored_as_heap_advice_helpfulness(tmp_path):
+def test_turingadvice_file_is_scored_as_heap_ah(tmp_path):
   path = DATA / "turingadvice_eval.jsonl"
   baseline = _run(tmp_path / "baseline", "--baseline=copying", "--eval_format=turingadvice",
                   f"--eval_file={path}")
-  assert set(baseline[1]) == {"heap_advice_helpfulness"}
-  assert baseline[0] and all(r["task"] == "heap_advice_helpfulness" for r in baseline[0])
+  assert set(baseline[1]) == {"heap_ah"}
+  assert baseline[0] and all(r["task"] == "heap_ah" for r in baseline[0])
   _assert_same_evaluation(baseline, _model_evaluation(
-      "heap_advice_helpfulness", "test", {"heap/turingadvice": {"all": str(path)}}, baseline[0],
+      "heap_ah", "test", {"heap/turingadvice": {"all": str(path)}}, baseline[0],
       tmp_path / "model"))
 
 

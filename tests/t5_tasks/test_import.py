@@ -27,12 +27,12 @@ def test_import_registers_everything_silently():
   expected_tasks = {"turingadvice_generation", "timedial_cloze_full", "timedial_cloze_local",
                     "timedial_cloze_target", "timedial_weak_supervision", "asq_intent_cloze",
                     "summarize_feedback_preference", "summarize_feedback_sft"} | {
-                        f"heap_{c}" for c in heap.HEAP_CRITERIA}
+                        heap.task_name(c) for c in heap.HEAP_CRITERIA}
   files_only = {"timedial_weak_supervision", "summarize_feedback_sft"}  # no TFDS builder
   tfds_variants = {f"{t}_tfds" for t in expected_tasks - files_only}
   assert set(result["tasks"]) == expected_tasks | tfds_variants
-  expected_mixtures = {"generation_and_cloze", "heap_multitask", "quickstart",
-                       "heap_cluster_context", "heap_cluster_no_context",
-                       "heap_leave_out_cluster_context", "heap_leave_out_cluster_no_context"} | {
-                           f"heap_leave_out_{c}" for c in heap.HEAP_CRITERIA}
+  expected_mixtures = {"generation_and_cloze", "quickstart", "heap_multitask"} | {
+      f"heap_cross_task_{c.lower()}" for c in heap.HEAP_CRITERIA} | {
+          f"heap_cluster_{k}" for k in heap.CLUSTERS} | {
+              f"heap_cross_cluster_{k}_{c.lower()}" for k, members in heap.CLUSTERS.items() for c in members}
   assert set(result["mixtures"]) == expected_mixtures

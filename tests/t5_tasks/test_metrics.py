@@ -100,16 +100,60 @@ def test_asq_metric_fn_by_overlapping_pair_groups():
   assert out["accuracy/C+C"] == 0.0
 
 
-def test_preference_metric_fn_spearman_on_margins():
-  targets = [{"candidate_labels": [1, 0], "candidate_scores": [g, 0.0]}
-             for g in (1.0, 2.0, 3.0, 4.0)]
-  scores = [[0.1, 0.0], [0.5, 0.1], [0.2, 0.3], [2.0, 0.0]]
+# Two contexts of a ranked criterion: each output's human score, and each pair compared; an
+# output is in several comparisons ("A" of c1 in three), and "A" of c2 is another output.
+HUMAN = {("c1", "A"): 3.0, ("c1", "B"): 2.0, ("c1", "C"): 1.0, ("c1", "D"): 0.0,
+         ("c2", "A"): 0.5, ("c2", "E"): 2.5}
+MODEL = {("c1", "A"): 0.1, ("c1", "B"): 0.9, ("c1", "C"): 0.3, ("c1", "D"): 0.2,
+         ("c2", "A"): 0.6, ("c2", "E"): 0.4}
+PAIRS = [("c1", "A", "B"), ("c1", "A", "C"), ("c1", "A", "D"), ("c1", "B", "C"),
+         ("c2", "E", "A")]
+
+
+def _ranked_items():
+  targets = [{"candidate_labels": [1, 0], "context_id": c, "candidate_texts": [g, b],
+              "candidate_scores": [HUMAN[c, g], HUMAN[c, b]]} for c, g, b in PAIRS]
+  scores = [[MODEL[c, g], MODEL[c, b]] for c, g, b in PAIRS]
+  return targets, scores
+
+
+def test_ranked_spearman_counts_each_output_once():
+  targets, scores = _ranked_items()
+  out = metrics.preference_metric_fn(targets, scores, ranked=True)
+  keys = sorted(HUMAN)
+  expected = stats.spearmanr([MODEL[k] for k in keys], [HUMAN[k] for k in keys]).statistic
+  assert out["spearman"] == pytest.approx(expected)
+  assert out["spearman_low"] <= out["spearman"] <= out["spearman_high"]
+  # Counted once per comparison instead, the answer differs: the case tells the two apart.
+  occurrences = [(c, t) for c, g, b in PAIRS for t in (g, b)]
+  pooled = stats.spearmanr([MODEL[k] for k in occurrences], [HUMAN[k] for k in occurrences]).statistic
+  assert abs(pooled - expected) > 0.05
+  assert out["pairwise_accuracy"] == pytest.approx(
+      np.mean([MODEL[c, g] > MODEL[c, b] for c, g, b in PAIRS]))
+
+
+def test_ranked_spearman_keys_outputs_by_token_ids_without_texts():
+  targets, scores = _ranked_items()
+  ids = {text: [ord(text), 1] for text in "ABCDE"}
+  for t in targets:
+    t["candidate_ids"] = [ids[text] for text in t.pop("candidate_texts")]
+  by_text = metrics.preference_metric_fn(*_ranked_items(), ranked=True)
+  assert metrics.preference_metric_fn(targets, scores, ranked=True)["spearman"] == by_text["spearman"]
+
+
+def test_ranked_spearman_averages_the_human_scores_of_one_text_judged_twice():
+  """Two systems wrote the same text (the real defeasible-inference file has such updates): it is
+  one output, its human score the mean of the distinct scores it was given."""
+  targets, scores = _ranked_items()
+  targets[1]["candidate_scores"] = [2.0, 1.0]  # "A" of c1 was 3.0 in the first comparison
+  model, human = metrics.output_scores(targets, scores)
+  keys = list(dict.fromkeys((t["context_id"], text) for t in targets for text in t["candidate_texts"]))
+  assert human[keys.index(("c1", "A"))] == 2.5 and len(human) == len(keys)
+
+
+def test_unranked_preference_reports_accuracy_only():
+  targets, scores = _ranked_items()
   out = metrics.preference_metric_fn(targets, scores)
-  assert out["pairwise_accuracy"] == pytest.approx(3 / 4)
-  margins = [0.1, 0.4, -0.1, 2.0]
-  assert out["spearman"] == pytest.approx(stats.spearmanr(margins, [1, 2, 3, 4]).statistic)
-  flat = [{"candidate_labels": [1, 0], "candidate_scores": [1.0, 0.0]}] * 4
-  assert "spearman" not in metrics.preference_metric_fn(flat, scores)
-  ungraded = [{"candidate_labels": [1, 0]}] * 4  # comparisons with no human scores
-  assert metrics.preference_metric_fn(ungraded, scores) == {
-      k: v for k, v in out.items() if k.startswith("pairwise_accuracy")}
+  assert set(out) == {"pairwise_accuracy", "pairwise_accuracy_low", "pairwise_accuracy_high"}
+  ungraded = [{"candidate_labels": [1, 0]}] * len(scores)  # comparisons with no human scores
+  assert metrics.preference_metric_fn(ungraded, scores) == out

@@ -32,17 +32,19 @@ def _members(name):
 
 
 def test_mixture_membership():
-  preference = {"summarize_feedback_preference"} | {f"heap_{c}" for c in heap.HEAP_CRITERIA}
-  assert _members("heap_multitask") == preference
+  every = {heap.task_name(c) for c in heap.HEAP_CRITERIA}
+  assert len(every) == 22 and _members("heap_multitask") == every  # HEAP only: no summarize
   for criterion in heap.HEAP_CRITERIA:
-    assert _members(f"heap_leave_out_{criterion}") == preference - {f"heap_{criterion}"}
-  context = {f"heap_{c}" for c, s in heap.HEAP_CRITERIA.items() if s.needs_context}
-  no_context = {f"heap_{c}" for c, s in heap.HEAP_CRITERIA.items() if not s.needs_context}
-  assert context and no_context
-  assert _members("heap_cluster_context") == context
-  assert _members("heap_cluster_no_context") == no_context
-  assert _members("heap_leave_out_cluster_context") == preference - context
-  assert _members("heap_leave_out_cluster_no_context") == preference - no_context
+    assert _members(f"heap_cross_task_{criterion.lower()}") == every - {heap.task_name(criterion)}
+  for cluster, members in heap.CLUSTERS.items():  # Table 3's C^{/t}: the target's own cluster
+    names = {heap.task_name(c) for c in members}
+    assert _members(f"heap_cluster_{cluster}") == names
+    for c in members:
+      assert _members(f"heap_cross_cluster_{cluster}_{c.lower()}") == names - {heap.task_name(c)}
+  assert _members("heap_cross_cluster_hate_speech_cng") == {
+      "heap_bcn", "heap_ccn", "heap_cnsp", "heap_cnsu", "heap_cni", "heap_cno", "heap_cnst", "heap_hso"}
+  heap_mixtures = [m for m in seqio.MixtureRegistry.names() if m.startswith("heap_")]
+  assert all(_members(m) <= every for m in heap_mixtures)
   assert _members("generation_and_cloze") == {
       "turingadvice_generation", "timedial_cloze_full", "timedial_cloze_local",
       "timedial_cloze_target", "timedial_weak_supervision", "asq_intent_cloze"}
@@ -70,8 +72,7 @@ def test_rates_are_sizes_with_a_gin_cap():
 # Building a mixture's dataset builds each of its tasks' (about 0.3 s each), so the datasets are
 # checked on mixtures that together hold every task; the leave-out mixtures are subsets of
 # heap_multitask (test_mixture_membership), built from the same task datasets.
-@pytest.mark.parametrize("name", ["generation_and_cloze", "heap_multitask", "quickstart",
-                                  "heap_cluster_no_context"])
+@pytest.mark.parametrize("name", ["generation_and_cloze", "heap_multitask", "quickstart"])
 def test_mixtures_yield_examples(name, heap_files):
   del heap_files
   ds = seqio.get_mixture_or_task(name).get_dataset(test_tasks.LENGTHS, split="train",

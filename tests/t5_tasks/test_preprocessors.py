@@ -83,12 +83,6 @@ def test_summary_query_format_and_newline_truncation():
                  "Second line here.\n\nTL;DR:")
 
 
-def test_preference_inputs_instruction_then_labelled_context():
-  text = preprocessors.preference_inputs_text("Which is better?", ["Story", "Question"],
-                                              ["A story.", "Why?"])
-  assert text == "Which is better?\nStory: A story.\nQuestion: Why?"
-
-
 def _tokenized(candidates, lengths):
   features = {"inputs": seqio.Feature(BYTES), "targets": seqio.Feature(BYTES),
               "candidates": seqio.Feature(BYTES, rank=2)}

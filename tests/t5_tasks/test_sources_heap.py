@@ -4,6 +4,7 @@ import csv
 import itertools
 import json
 import pathlib
+import re
 from fractions import Fraction
 
 import pytest
@@ -12,6 +13,7 @@ from t5_tasks.sources import heap
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "t5_tasks" / "data"
 QUICK_TELLMEWHY = DATA / "tellmewhy_test_caters_sample.csv"
+STORY = {"counterfactual": "SRC", "ending": "SRE", "plot": "SRPl", "premise": "SRPr", "second": "SRS"}
 
 
 def _ranked_pairs(groups):
@@ -30,17 +32,17 @@ def _tellmewhy_expected(path):
     grammar[key].append((r["answer"], Fraction(sum(json.loads(r["gram_ann"])), len(json.loads(r["gram_ann"])))))
     questions[r["narrative"]].append((r["question"], r["is_ques_answerable"] == "Answerable"))
   answerable = {n: list(dict(qs).items()) for n, qs in questions.items()}  # one entry per question
-  return {"answer_validity": _ranked_pairs(validity), "answer_grammaticality": _ranked_pairs(grammar),
-          "question_answerability": _ranked_pairs(answerable)}
+  return {"AV": _ranked_pairs(validity), "AG": _ranked_pairs(grammar),
+          "QA": _ranked_pairs(answerable)}
 
 
 def _check(comparisons, task):
   assert all(c.task == task and c.good_score > c.bad_score and c.good != c.bad for c in comparisons)
   assert len({c.id for c in comparisons}) == len(comparisons)
-  assert all(c.instruction == heap.HEAP_CRITERIA[task].instruction for c in comparisons)
+  assert all(c.id.startswith(f"{task}-") for c in comparisons)
 
 
-@pytest.mark.parametrize("task", ["answer_validity", "answer_grammaticality", "question_answerability"])
+@pytest.mark.parametrize("task", ["AV", "AG", "QA"])
 def test_tellmewhy_quickstart(task):
   comparisons, report = heap.read_heap_comparisons(task, QUICK_TELLMEWHY)
   assert len(comparisons) == _tellmewhy_expected(QUICK_TELLMEWHY)[task] > 0
@@ -51,11 +53,11 @@ def test_tellmewhy_quickstart(task):
 def test_advice_quickstart_good_side_follows_the_majority():
   path = DATA / "turingadvice_eval.jsonl"
   lines = [json.loads(line) for line in path.read_text().splitlines()]
-  comparisons, _ = heap.read_heap_comparisons("advice_helpfulness", path)
+  comparisons, _ = heap.read_heap_comparisons("AH", path)
   expected = sorted((r["model_advice"][s] if v["is_preferred"] else r["best_advice"]["bestadvice_body"])
                     for r in lines for s, v in r["turk_ratings"].items())
   assert sorted(c.good for c in comparisons) == expected
-  _check(comparisons, "advice_helpfulness")
+  _check(comparisons, "AH")
 
 
 def test_attenuator_prefers_the_lower_human_label(tmp_path):
@@ -65,24 +67,99 @@ def test_attenuator_prefers_the_lower_human_label(tmp_path):
                                  ("tie", "c", "attenuator", [-1, 0, -1]), ("other", "a", "intensifier", [2, 2, 2])]]
   path = tmp_path / "def_inf.jsonl"
   path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-  comparisons, _ = heap.read_heap_comparisons("update_attenuator", path)
+  comparisons, _ = heap.read_heap_comparisons("DIA", path)
   # strong (-2) beats weak and tie (both -2/3); weak and tie are tied: no comparison between them.
   assert sorted((c.good, c.bad) for c in comparisons) == [("strong", "tie"), ("strong", "weak")]
-  assert comparisons[0].context == (("Premise", "P"), ("Hypothesis", "H"))
-  assert heap.read_heap_comparisons("update_intensifier", path)[0] == []
+  assert comparisons[0].context == (("premise", "P"), ("hypothesis", "H"))
+  assert heap.read_heap_comparisons("DII", path)[0] == []
 
 
 def test_unknown_criterion_is_named():
-  with pytest.raises(ValueError, match="unknown HEAP criterion 'helpfulness'"):
+  with pytest.raises(ValueError, match="unknown HEAP criterion 'helpfulness'; known: AH, AG"):
     heap.read_heap_comparisons("helpfulness", QUICK_TELLMEWHY)
 
 
-def test_every_criterion_has_a_source_and_instruction():
-  assert len(heap.HEAP_CRITERIA) == 12
-  for name, criterion in heap.HEAP_CRITERIA.items():
-    assert criterion.source in heap.SOURCES and criterion.instruction.endswith("?"), name
-  assert {n for n, c in heap.HEAP_CRITERIA.items() if not c.needs_context} == {
-      "answer_grammaticality", "commonsense_plausibility"}
+def test_the_22_criteria_are_the_papers():
+  # Table 2's rows, in its order; label input from Table 4; Spearman rows from Table 2.
+  assert list(heap.HEAP_CRITERIA) == ["AH", "AG", "AV", "QA", "HS", "CR", "BCN", "CCN", "CNG", "CNSp", "CNSu",
+                                      "CNI", "CNO", "CNSt", "HSO", "SRC", "SRE", "SRPl", "SRPr", "SRS", "DIA", "DII"]
+  assert all(c.source in heap.SOURCES and c.abbreviation == a for a, c in heap.HEAP_CRITERIA.items())
+  assert {a for a, c in heap.HEAP_CRITERIA.items() if c.label_input} == {
+      "AG", "AV", "BCN", "CCN", "CNG", "CNSu", "CNO", "HSO", "SRC", "SRE", "SRPl"}
+  assert {a for a, c in heap.HEAP_CRITERIA.items() if c.ranked} == {
+      "AG", "AV", "CNG", "CNSp", "CNSu", "CNI", "CNO", "CNSt", "HSO", "DIA", "DII"}
+
+
+def _paper(shared_data):
+  path = shared_data.parent / "papers" / "heap.txt"
+  if not path.is_file():
+    pytest.skip(f"the paper's text is not at {path}")
+  return path.read_text(encoding="utf-8")
+
+
+def test_table_4_as_the_paper_prints_it(shared_data):
+  """Table 4's rows, read from the paper's text (its row names are OCR-garbled: ĤS, SRPI, SRP1;
+  rows come in Table 2's order), against heap.TABLE_4 and each criterion's label input."""
+  text = _paper(shared_data)
+  table = text[text.index("Task\tTruncate Right\tLabel Input"):text.index("Table 4: Hyper-paramaters")]
+  single, cross = table.split("Overall")  # the multi-task row parts the single- and cross-task rows
+  row = re.compile(r"^\S+\t\S+\t(\S+)\t(\d+)\t([\d.e-]+)\t(\d+)$", re.M)
+  for setup, part in (("single_task", single), ("cross_task", cross)):
+    rows = row.findall(part)
+    assert len(rows) == 22, setup
+    for abbreviation, (label, accumulation, rate, epochs) in zip(heap.HEAP_CRITERIA, rows):
+      assert heap.TABLE_4[setup][abbreviation] == heap.Hyperparameters(int(accumulation), float(rate), int(epochs))
+      assert heap.HEAP_CRITERIA[abbreviation].label_input == (label in ("\\checkmark", "√")), (setup, abbreviation)
+  overall = re.search(r"Overall\t-\t-\t(\d+)\t([\d.e-]+)\t(\d+)", table).groups()
+  assert heap.TABLE_4["multitask"] == heap.Hyperparameters(int(overall[0]), float(overall[1]), int(overall[2]))
+
+
+def test_clusters_are_table_3_and_section_6():
+  table_3 = """
+      Cluster 1: AH AV QA HS CR BCN SRC DIA DII
+      Cluster 2: AG CNG CNSp CNSu CNI CNO CNSt HSO SRPl SRPr
+      Cluster 3: BCN CCN CNG CNSp CNSu CNI CNO CNSt HSO"""
+  rows = [line.split(":")[1].split() for line in table_3.strip().splitlines()]
+  assert [list(heap.CLUSTERS[c]) for c in ("context", "no_context", "hate_speech")] == rows
+  assert heap.CLUSTERS["tellmewhy"] == ("AG", "AV", "QA")
+  assert heap.CLUSTERS["defeasible_inference"] == ("DIA", "DII")
+  assert heap.CLUSTERS["story_rewriting"] == ("SRC", "SRE", "SRPl", "SRPr", "SRS")
+  assert {heap.HEAP_CRITERIA[a].source for a in heap.CLUSTERS["story_rewriting"]} == {"story_rewriting"}
+
+
+def test_instructions_are_table_5s_phrasing_in_the_released_templates(shared_data):
+  templates, _ = heap.read_instruction_templates(shared_data / "heap" / "instructions.json")
+  released = json.loads((shared_data / "heap" / "instructions.json").read_text())["criteria"]
+  for abbreviation, criterion in heap.HEAP_CRITERIA.items():
+    assert criterion.instruction == templates[abbreviation][released[abbreviation]["paper_table5"]], abbreviation
+
+
+def test_instruction_file_errors_name_the_field(tmp_path):
+  path = tmp_path / "instructions.json"
+  criteria = {a: {"templates": ["Judge it."], "paper_table5": 0} for a in heap.HEAP_CRITERIA}
+  criteria["CNO"]["paper_table5"] = 3
+  path.write_text(json.dumps({"criteria": criteria}))
+  with pytest.raises(heap.records.RecordError, match=r"instructions.json: field 'criteria.CNO.paper_table5'"):
+    heap.read_instruction_templates(path)
+  del criteria["HS"]
+  path.write_text(json.dumps({"criteria": criteria}))
+  with pytest.raises(heap.records.RecordError, match=r"field 'criteria.HS': missing"):
+    heap.read_instruction_templates(path)
+
+
+def test_splits_paper_and_by_context():
+  comparisons, _ = heap.read_heap_comparisons("AV", QUICK_TELLMEWHY)
+  paper = heap.split_comparisons(comparisons, "paper", seed=0)
+  counts = collections.Counter(paper.values())
+  n = len(comparisons)
+  assert counts["validation"] == counts["test"] == max(1, round(0.1 * n)) and sum(counts.values()) == n
+  assert paper == heap.split_comparisons(comparisons, "paper", seed=0)
+  assert paper != heap.split_comparisons(comparisons, "paper", seed=1)
+  by_context = heap.split_comparisons(comparisons, "by_context")
+  for context in {c.context for c in comparisons}:
+    assert len({by_context[c.id] for c in comparisons if c.context == context}) == 1
+  with pytest.raises(ValueError, match="HEAP split method 'random'"):
+    heap.split_comparisons(comparisons, "random")
 
 
 # --- real files ---------------------------------------------------------------------------------
@@ -102,14 +179,14 @@ def test_advice_real(shared_data):
   lines = [json.loads(line) for line in path.read_text().splitlines()]
   pairs = [(r["model_advice"][s], r["best_advice"]["bestadvice_body"], v["is_preferred"])
            for r in lines for s, v in r["turk_ratings"].items()]
-  comparisons, _ = heap.read_heap_comparisons("advice_helpfulness", path)
+  comparisons, _ = heap.read_heap_comparisons("AH", path)
   assert len(comparisons) == sum(system != best for system, best, _ in pairs)
   assert sum(c.good_score > 0 for c in comparisons) == sum(p for s, b, p in pairs if s != b)
-  _check(comparisons, "advice_helpfulness")
+  _check(comparisons, "AH")
 
 
-@pytest.mark.parametrize("task,label,sign", [("update_attenuator", "attenuator", -1),
-                                             ("update_intensifier", "intensifier", 1)])
+@pytest.mark.parametrize("task,label,sign", [("DIA", "attenuator", -1),
+                                             ("DII", "intensifier", 1)])
 def test_defeasible_real(shared_data, task, label, sign):
   path = shared_data / "heap" / "defeasible_inference" / "def_inf_eval_results.jsonl"
   groups = collections.defaultdict(list)
@@ -136,10 +213,10 @@ def test_commongen_real(shared_data):
         elif block >= 0 and cells[0] and not cells[0].startswith("Reference:") and cells[2].strip():
           votes[(block, cells[0].strip(), cells[1].strip())].append(Fraction(cells[2]))
   expected = sum(1 for (_, s1, s2), v in votes.items() if sum(v) != 0 and s1 != s2)
-  comparisons, report = heap.read_heap_comparisons("commonsense_plausibility", folder)
+  comparisons, report = heap.read_heap_comparisons("CR", folder)
   assert report.read == 6000  # 4 sheets x 100 concept sets x 15 pairs
   assert len(comparisons) == expected
-  _check(comparisons, "commonsense_plausibility")
+  _check(comparisons, "CR")
 
 
 @pytest.mark.parametrize("criterion", ["counterfactual", "ending", "plot", "premise", "second"])
@@ -154,7 +231,74 @@ def test_story_rewriting_real(shared_data, criterion):
         vote = {"A": 1, "B": -1}.get(answer, 0) * (1 if a <= b else -1)
         votes[(r["Input.STORY"], min(a, b), max(a, b))].append(vote)
   expected = sum(1 for (_, a, b), v in votes.items() if sum(v) != 0 and a != b)
-  comparisons, report = heap.read_heap_comparisons(f"story_{criterion}", path)
+  comparisons, report = heap.read_heap_comparisons(STORY[criterion], path)
   assert report.read == 1400
   assert len(comparisons) == expected
-  _check(comparisons, f"story_{criterion}")
+  _check(comparisons, STORY[criterion])
+
+
+# --- the sources HEAP adds beyond the five above: recounted from the raw files -----------------
+
+
+def _chasm_expected(paths, task):
+  """HEAP's rule for CHASM, recomputed: integer mean of each rating list; strictly better pairs
+  of different texts; CNI/CNO/CNSt within a post, HSO across every post of the collection."""
+  key = {"CNI": "info", "CNO": "off", "CNSt": "stance"}.get(task)
+  groups = collections.defaultdict(list)
+  for path in paths:
+    for item_id, item in json.loads(path.read_text()).items():
+      if task == "HSO":
+        groups[()].append((item["post"]["text"], sum(item["post"]["score"]) // 9))
+      else:
+        for system in ("GPT-2", "GPT-Neo", "GPT-3"):
+          groups[(path.name, item_id)].append((item[system]["text"], sum(item[system]["score"][key]) // 3))
+  return _ranked_pairs(groups)
+
+
+@pytest.mark.parametrize("task", ["CNI", "CNO", "CNSt", "HSO"])
+def test_chasm_quickstart(task):
+  comparisons, _ = heap.read_heap_comparisons(task, DATA / "heap_chasm.json")
+  assert len(comparisons) == _chasm_expected([DATA / "heap_chasm.json"], task) > 0
+  _check(comparisons, task)
+  assert all(c.context == () for c in comparisons) == (task == "HSO")
+
+
+@pytest.mark.parametrize("task", ["CNI", "CNO", "CNSt", "HSO"])
+def test_chasm_real(shared_data, task):
+  folder = shared_data / "heap" / "chasm"
+  comparisons, report = heap.read_heap_comparisons(task, folder)
+  assert report.read == 306 + 42
+  assert len(comparisons) == _chasm_expected(sorted(folder.glob("*.json")), task)
+  _check(comparisons, task)
+
+
+_CN_SYSTEMS = {"GPT-2": 12, "T5": 17, "BART": 22, "DialoGPT": 27, "BERT": 32}  # first rating column
+_CN_TEXTS = {"DialoGPT": 2, "BART": 3, "BERT": 4, "T5": 5, "GPT-2": 6}
+
+
+@pytest.mark.parametrize("task,offset", [("CNSu", 0), ("CNSp", 1), ("CNG", 2), ("CCN", 3), ("BCN", 4)])
+def test_counter_narratives_quickstart(task, offset):
+  path = DATA / "heap_counter_narratives.csv"
+  with open(path, newline="", encoding="utf-8") as f:
+    rows = list(csv.reader(f))[1:]
+  ratings = collections.defaultdict(list)  # (hate speech, target, text) -> every annotator's rating
+  for r in rows:
+    for system, column in _CN_SYSTEMS.items():
+      ratings[(r[0], r[1], r[_CN_TEXTS[system]])].append(int(float(r[column + offset])))
+  groups = collections.defaultdict(list)
+  for (hate, target, text), values in ratings.items():
+    groups[(hate, target)].append((text, sum(values) // len(values)))
+  comparisons, _ = heap.read_heap_comparisons(task, path)
+  assert len(comparisons) == _ranked_pairs(groups) > 0
+  _check(comparisons, task)
+  assert comparisons[0].context[1][0] == "target" and comparisons[0].output_label == "counter narrative"
+
+
+def test_hellaswag_true_ending_over_each_other():
+  path = DATA / "heap_hellaswag.jsonl"
+  items = [json.loads(line) for line in path.read_text().splitlines()]
+  comparisons, _ = heap.read_heap_comparisons("HS", path)
+  expected = sorted((i["endings"][int(i["label"])], bad) for i in items for bad in i["endings"]
+                    if bad != i["endings"][int(i["label"])])
+  assert sorted((c.good, c.bad) for c in comparisons) == expected and len(expected) == 3 * len(items)
+  _check(comparisons, "HS")

@@ -98,18 +98,44 @@ def _check_candidates(ex):
 
 
 FORMATS = {
-    "turingadvice_generation": lambda text: text.startswith("Subreddit: r/") and "\nDate: " in text,
-    "timedial_cloze_full": lambda text: preprocessors.SENTINEL in text,
-    "timedial_cloze_local": lambda text: preprocessors.SENTINEL in text and text.count("\n") <= 2,
-    "timedial_cloze_target": lambda text: preprocessors.SENTINEL in text and "\n" not in text,
-    "timedial_weak_supervision": lambda text: preprocessors.SENTINEL in text,
-    "asq_intent_cloze": lambda text: "\n" not in text,
-    "summarize_feedback_preference": lambda text: text.startswith("SUBREDDIT: r/")
+    "turingadvice_generation": lambda text, ex: text.startswith("Subreddit: r/") and "\nDate: " in text,
+    "timedial_cloze_full": lambda text, ex: preprocessors.SENTINEL in text,
+    "timedial_cloze_local": lambda text, ex: preprocessors.SENTINEL in text and text.count("\n") <= 2,
+    "timedial_cloze_target": lambda text, ex: preprocessors.SENTINEL in text and "\n" not in text,
+    "timedial_weak_supervision": lambda text, ex: preprocessors.SENTINEL in text,
+    "asq_intent_cloze": lambda text, ex: "\n" not in text,
+    "summarize_feedback_preference": lambda text, ex: text.startswith("SUBREDDIT: r/")
                                                   and text.endswith("TL;DR:"),
 }
-for _criterion, _spec in heap.HEAP_CRITERIA.items():
-  FORMATS[f"heap_{_criterion}"] = (
-      lambda text, instruction=_spec.instruction: text.startswith(instruction + "\n"))
+# HEAP's inputs as Table 5 lays them out (`{}`: a context field's text); the output follows in the
+# decoder. Label input (Table 4) names each field and, last, the output.
+_CN = "hate speech <sep> {} <sep> target <sep> {} <sep> counter narrative"
+_STORY = "original story <sep> {} <sep> story <sep> {} <sep> ending"
+TABLE_5_LAYOUTS = {
+    "AH": "{}", "AG": "narrative <sep> {} <sep> question <sep> {} <sep> answer",
+    "AV": "narrative <sep> {} <sep> question <sep> {} <sep> answer", "QA": "{}", "HS": "{}",
+    "CR": "{} <sep> {}", "BCN": _CN, "CCN": _CN, "CNG": _CN, "CNSp": "{} <sep> {}", "CNSu": _CN,
+    "CNI": "{}", "CNO": "hate speech <sep> {} <sep> counter narrative", "CNSt": "{}", "HSO": "hate speech",
+    "SRC": _STORY, "SRE": _STORY, "SRPl": _STORY, "SRPr": "{} <sep> {}", "SRS": "{} <sep> {}",
+    "DIA": "{} <sep> {}", "DII": "{} <sep> {}",
+}
+
+
+def _table_5_layout(abbreviation):
+  instruction = heap.HEAP_CRITERIA[abbreviation].instruction
+  pattern = re.escape(f"{instruction} <sep> {TABLE_5_LAYOUTS[abbreviation]}").replace(r"\{\}", "(.+?)")
+  pattern = re.compile(pattern + "$", re.DOTALL)
+
+  def check(text, ex):
+    if abbreviation == "HSO":  # no context: the instruction, then the output's label
+      return text == f"{heap.HEAP_CRITERIA['HSO'].instruction} <sep> hate speech"
+    match = pattern.match(text)
+    return bool(match) and list(match.groups()) == [t.decode() for t in ex["context_texts"]]
+  return check
+
+
+for _abbreviation in heap.HEAP_CRITERIA:
+  FORMATS[heap.task_name(_abbreviation)] = _table_5_layout(_abbreviation)
 
 
 def test_every_family_is_registered():
@@ -125,7 +151,7 @@ def test_every_task_yields_formatted_examples(name, heap_files):
     total += len(examples)
     for ex in examples:
       _check_candidates(ex)
-      assert FORMATS[name](ex["inputs_pretokenized"].decode()), ex["inputs_pretokenized"]
+      assert FORMATS[name](ex["inputs_pretokenized"].decode(), ex), ex["inputs_pretokenized"]
   assert total > 0
 
 
@@ -180,7 +206,7 @@ def test_advice_inputs_are_trimmed_to_the_inputs_length():
 
 def test_missing_data_names_the_gin_binding():
   with pytest.raises(ValueError, match=r"data_files.files = \{'heap/defeasible'"):
-    task_examples("heap_update_attenuator", "train")
+    task_examples("heap_dia", "train")
 
 
 def test_metric_fns_run_on_task_targets():
@@ -232,8 +258,10 @@ def test_variants_are_the_declaration_with_their_fields_replaced():
   assert all(t.examples is families.timedial_examples and not t.variants for t in scopes)
   assert [t.steps[0].keywords for t in scopes] == [{"scope": s} for s in preprocessors.TIMEDIAL_SCOPES]
   criteria = {t.name: t for t in families.HEAP.tasks()}
-  assert criteria["heap_update_attenuator"].quickstart_files == {"heap/defeasible": {}}
-  assert criteria["heap_answer_validity"].tfds.name == "heap_comparisons/answer_validity:1.1.0"
+  assert criteria["heap_dia"].quickstart_files == {"heap/defeasible": {}}
+  assert criteria["heap_av"].tfds.name == "heap_comparisons/av:2.0.0"
+  assert criteria["heap_av"].metric_fn.keywords == {"ranked": True}  # Table 2 reports AV's Spearman
+  assert criteria["heap_qa"].metric_fn.keywords == {"ranked": False}
 
 
 def test_a_dataset_has_one_set_of_quickstart_files(monkeypatch):

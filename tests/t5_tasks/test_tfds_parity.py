@@ -118,15 +118,16 @@ def test_every_family_with_a_tfds_source_is_compared():
   assert compared == families_with_tfds
   heap_sources_with_quickstart = {dataset for t in families.HEAP.tasks()
                                   for dataset, files in t.quickstart_files.items() if files}
-  assert heap_sources_with_quickstart == {"heap/turingadvice", "heap/tellmewhy"}
+  assert heap_sources_with_quickstart == {"heap/turingadvice", "heap/tellmewhy", "heap/hellaswag",
+                                          "heap/counter_narratives", "heap/chasm"}
   assert {d for t in families.HEAP.tasks() if t.name in COMPARED for d in t.quickstart_files} == (
       heap_sources_with_quickstart)
 
 
-def test_heap_update_attenuator_tfds_has_the_file_tasks_splits_on_the_real_data(shared_data, tmp_path):
-  """The leak this fixes: all 3,153 real comparisons used to be the `_tfds` task's test split."""
+def test_heap_dia_tfds_has_the_file_tasks_splits_on_the_real_data(shared_data, tmp_path):
+  """The leak this once fixed: all 3,153 real comparisons used to be the `_tfds` task's test split."""
   path = shared_data / "heap" / "defeasible_inference" / "def_inf_eval_results.jsonl"
-  name = "heap_update_attenuator"
+  name = "heap_dia"
   data_dir = str(tmp_path / "tfds")
   build_tfds.build(str(shared_data), data_dir, [f"heap_comparisons/{name[len('heap_'):]}"])
   tfds_source = seqio.get_mixture_or_task(f"{name}_tfds").source
@@ -142,7 +143,7 @@ def test_heap_update_attenuator_tfds_has_the_file_tasks_splits_on_the_real_data(
       got = [e["id"] for e in tfds_source.get_dataset(split, shuffle=False).as_numpy_iterator()]
       assert sorted(got) == sorted(expected), split
       sizes[split] = len(got)
-    assert sizes == {"train": 2522, "validation": 320, "test": 311}  # of 3,153 comparisons
+    assert sizes == {"train": 3153 - 2 * 315, "validation": 315, "test": 315}  # §3's 80/10/10 of 3,153
   finally:
     gin.clear_config()
     tfds_source.tfds_dataset.override_data_dir(None)
