@@ -1,9 +1,23 @@
-"""Benchmark records: one JSON object per measurement, with ratios against every other implementation, and a table."""
+"""Benchmark records: one JSON object per measurement, with ratios against every other implementation, and a table.
+
+Every ratio comes from the interleaved repetitions one by one (repetition i of A against repetition
+i of B, which ran back to back), so its median and min-max say how far the machine let it drift.
+"""
 import json
 import os
+import statistics
 import tempfile
 
 from scripts.bench_timing import Timing
+
+SPREAD_WARNING = 0.2  # (max - min) / median of the per-repetition values above which a number is not to be read
+
+
+def spread(values: list[float]) -> dict:
+  """Median, min, max and (max - min) / median of per-repetition values, and the values themselves."""
+  median = statistics.median(values)
+  return dict(median=median, min=min(values), max=max(values), spread=(max(values) - min(values)) / median,
+              reps=list(values))
 
 
 def case_records(meta: dict, timings: dict[str, Timing], work: dict[str, dict], peaks: dict[str, float],
@@ -14,6 +28,7 @@ def case_records(meta: dict, timings: dict[str, Timing], work: dict[str, dict], 
   'torch'); MFU is against the matmul rate `peaks[engine]` measured alongside.
   """
   throughput = {impl: work[impl]["items"] / timings[impl].median_s for impl in work}
+  rates = {impl: [work[impl]["items"] / t for t in timings[impl].times_s] for impl in work}
   records = []
   for impl, spec in work.items():
     timing = timings[impl]
@@ -22,7 +37,7 @@ def case_records(meta: dict, timings: dict[str, Timing], work: dict[str, dict], 
         meta, impl=impl, engine=spec["engine"], throughput=throughput[impl], median_s=timing.median_s,
         times_s=timing.times_s, first_call_s=timing.first_call_s, compile_s=timing.compile_s,
         flops=spec["flops"], peak_flops_per_s=peak, mfu=spec["flops"] / timing.median_s / peak,
-        ratios={other: throughput[impl] / throughput[other] for other in work if other != impl},
+        ratios={other: spread([a / b for a, b in zip(rates[impl], rates[other])]) for other in work if other != impl},
         agreement=agreement))
   return records
 
@@ -30,45 +45,69 @@ def case_records(meta: dict, timings: dict[str, Timing], work: dict[str, dict], 
 def peak_records(meta: dict, timings: dict[str, Timing], flops: dict[str, int]) -> list[dict]:
   """Records of the matmul probes: their rate is each engine's ceiling in this run."""
   return [dict(meta, impl=name, engine=name.split("_")[0], throughput=flops[name] / timings[name].median_s,
-               unit="FLOP/s", median_s=timings[name].median_s, times_s=timings[name].times_s)
+               unit="FLOP/s", median_s=timings[name].median_s, times_s=timings[name].times_s,
+               flops_per_s=spread([flops[name] / t for t in timings[name].times_s]))
           for name in flops]
 
 
 def duration_records(meta: dict, timings: dict[str, Timing]) -> list[dict]:
   """Records of work timed as a whole (no FLOPs, no baseline to race): its median and every time."""
-  return [dict(meta, impl=name, median_s=timing.median_s, times_s=timing.times_s) for name, timing in timings.items()]
+  return [dict(meta, impl=name, median_s=timing.median_s, times_s=timing.times_s, seconds=spread(timing.times_s))
+          for name, timing in timings.items()]
 
 
 def _format_agreement(agreement: dict) -> str:
   return ", ".join(f"{name} {value:.3g}" for name, value in agreement.items())
 
 
+def _range(stats: dict, scale: float = 1.0, fmt: str = ".4g") -> str:
+  return (f"{stats['median'] / scale:{fmt}} [{stats['min'] / scale:{fmt}}-{stats['max'] / scale:{fmt}}]"
+          f" spread {stats['spread']:.0%}")
+
+
+def _warning(where: str, what: str, stats: dict) -> list[str]:
+  if stats["spread"] <= SPREAD_WARNING:
+    return []
+  return [f"WARNING [{where}] {what}: per-repetition spread {stats['spread']:.0%} > {SPREAD_WARNING:.0%}; "
+          f"the machine drifted more than this number can resolve"]
+
+
 def table(records: list[dict]) -> str:
-  """A human-readable table: one block per (suite, case), ratios against every other implementation."""
+  """A human-readable table: one block per (suite, case) with each implementation's median, the
+  matmul ceilings, and every ratio as median [min-max] of its per-repetition values, with a WARNING
+  line under any value whose spread exceeds SPREAD_WARNING."""
   lines = []
   cases = []
   for record in records:
-    if record["impl"].endswith("_matmul") or "ratios" not in record:
-      continue
-    key = (record["suite"], record["case"])
-    if key not in cases:
-      cases.append(key)
+    if "ratios" in record and (record["suite"], record["case"]) not in cases:
+      cases.append((record["suite"], record["case"]))
   for suite, case in cases:
-    rows = [r for r in records if (r["suite"], r["case"]) == (suite, case) and not r["impl"].endswith("_matmul")]
+    where = f"{suite} / {case}"
+    in_case = [r for r in records if (r["suite"], r["case"]) == (suite, case)]
+    rows = [r for r in in_case if "ratios" in r]
     first = rows[0]
-    lines.append(f"\n[{suite} / {case}] {first['shape']}  load {first['load_start']:.2f}->{first['load_end']:.2f}")
+    lines.append(f"\n[{where}] {first['shape']}  load {first['load_start']:.2f}->{first['load_end']:.2f}"
+                 f"  {len(first['times_s'])} repetitions")
     lines.append(f"  agreement: {_format_agreement(first['agreement'])}")
     lines.append(f"  {'implementation':<18}{first['unit']:>16}{'median s':>10}{'compile s':>11}{'MFU':>8}"
-                 f"{'peak GF/s':>11}  ratios")
+                 f"{'peak GF/s':>11}")
     for r in rows:
-      ratios = "  ".join(f"x{value:.2f} vs {other}" for other, value in r["ratios"].items())
       lines.append(f"  {r['impl']:<18}{r['throughput']:>16.1f}{r['median_s']:>10.4f}{r['compile_s']:>11.2f}"
-                   f"{r['mfu']:>8.1%}{r['peak_flops_per_s'] / 1e9:>11.1f}  {ratios}")
-  durations = [r for r in records if "ratios" not in r and not r["impl"].endswith("_matmul")]
+                   f"{r['mfu']:>8.1%}{r['peak_flops_per_s'] / 1e9:>11.1f}")
+    for r in in_case:
+      if "flops_per_s" in r:
+        lines.append(f"  ceiling {r['impl']:<14} GFLOP/s {_range(r['flops_per_s'], 1e9, '.1f')}")
+        lines += _warning(where, r["impl"], r["flops_per_s"])
+    for i, r in enumerate(rows):
+      for other in [o["impl"] for o in rows[i + 1:]]:
+        lines.append(f"  ratio {r['impl']} vs {other}: x{_range(r['ratios'][other])}")
+        lines += _warning(where, f"{r['impl']} vs {other}", r["ratios"][other])
+  durations = [r for r in records if "seconds" in r]
   if durations:
-    lines.append("\n[durations]")
-    lines += [f"  {r['suite']}/{r['impl']:<24}{r['median_s']:>8.2f} s median of {len(r['times_s'])}"
-              for r in durations]
+    lines.append(f"\n[durations]  load {durations[0]['load_start']:.2f}->{durations[0]['load_end']:.2f}")
+    for r in durations:
+      lines.append(f"  {r['suite']}/{r['impl']:<24} s {_range(r['seconds'], fmt='.2f')}")
+      lines += _warning(f"{r['suite']} / {r['case']}", r["impl"], r["seconds"])
   return "\n".join(lines)
 
 

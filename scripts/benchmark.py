@@ -1,12 +1,19 @@
 r"""Benchmarks our scoring, training and sampling side by side with the naive path and Hugging Face T5.
 
   python -m scripts.benchmark --model small --json bench.jsonl
-  python -m scripts.benchmark --model tiny --reps 1 --suites scoring --device cpu
+  python -m scripts.benchmark --model small --dtype bfloat16 --json $OUT/bench.jsonl  # on a GPU
+  python -m scripts.benchmark --model tiny --quick --suites scoring
 
 Protocol (ENGINEERING.md §5): all implementations run in one process on the same weights (a random
 T5.1.1 twin saved by transformers and imported with models.checkpoint_import), agreement is checked
-first, then runs are interleaved A B A B with the matmul probes that give each engine's ceiling;
-medians are reported, compile time (first call minus median) separately.
+first, then runs are interleaved A B A B with the matmul probes that give each engine's ceiling
+(in the model's dtype); medians are reported, compile time (first call minus median) separately.
+Each ratio is also given as the min-max of its per-repetition values, with the load average before
+and after, and a WARNING line where that spread exceeds 20% of the median.
+MFU = analytic model FLOPs of one call (scripts/bench_flops.py) / its median time / the median
+rate of the same engine's matmul probe, measured in the same case.
+Without torch or transformers the Hugging Face contenders are skipped, with a printed reason,
+and the weights are a random initialisation of the config.
 """
 import copy
 import dataclasses
@@ -19,24 +26,36 @@ import tempfile
 import gin
 import jax
 import numpy as np
-import torch
 from absl import app
 from absl import flags
 
-from models import checkpoint_import, decoding, scoring
+from models import checkpoint_import, decoding, network, scoring
 from runner import partitioning, trainer
-from scripts import bench_flops, bench_hf, bench_report, bench_timing
+from scripts import bench_flops, bench_report, bench_timing
+
+try:
+  import torch
+  from scripts import bench_hf
+  HF_MISSING = None
+except ImportError as error:  # a JAX-only machine
+  torch = bench_hf = None
+  HF_MISSING = str(error)
+
+SUITES = ("scoring", "training", "generation", "import")
+QUICK_REPS = 3
 
 _MODEL = flags.DEFINE_enum("model", "small", ["tiny", "small", "base", "large"], "T5.1.1 size (gin/models/t5_1_1).")
 _SUITES = flags.DEFINE_list("suites", "scoring,training,generation,import", "Suites to run.")
-_REPS = flags.DEFINE_integer("reps", 5, "Timed repetitions per implementation, after one warm-up.")
+_REPS = flags.DEFINE_integer("reps", 7, "Interleaved timed repetitions (each runs every contender once), "
+                             "after one warm-up; at least 7 for numbers to read.")
 _JSON = flags.DEFINE_string("json", None, "Write one JSON object per measurement to this file.")
-_DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "cpu: float32; gpu: bfloat16 activations.")
+_DEVICE = flags.DEFINE_enum("device", "auto", ["auto", "cpu", "gpu"], "auto: JAX's default backend.")
+_DTYPE = flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"],
+                           "Activations and matmul probe; default float32 on a CPU, bfloat16 on a GPU.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the weights and the batches.")
-_QUICK = flags.DEFINE_bool("quick", False, "A smoke run: one repetition and the first scoring case "
-                           "(the numbers mean nothing; the code paths all run).")
+_QUICK = flags.DEFINE_bool("quick", False, f"A smoke run: {QUICK_REPS} repetitions of tiny shapes, the first "
+                           "scoring case only (the numbers mean nothing; the code paths all run).")
 
-SUITES = ("scoring", "training", "generation", "import")
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIN_DIR = os.path.join(PROJECT_ROOT, "gin", "models", "t5_1_1")
 
@@ -58,12 +77,18 @@ SCORING_CASES = (
 )
 TRAINING_SHAPE = dict(batch=2, context=256, steps=64)
 GENERATION_SHAPE = dict(batch=4, context=256, new_tokens=64)
+# --quick: shapes that compile and run in a moment (a smoke run, not a measurement).
+QUICK_SHAPES = dict(scoring_cases=(ScoringCase("timedial", batch=2, context=32, candidates=4, steps=8),),
+                    training_shape=dict(batch=2, context=32, steps=8),
+                    generation_shape=dict(batch=2, context=32, new_tokens=8), matmul_size=512)
 SCORE_TOLERANCE = 1e-3
 
 
 def model_config(name: str):
   """The T5Config bound by gin/models/t5_1_1/<name>.gin."""
 
+  if not hasattr(gin, "parse_config_file"):  # the project's gin/ folder, imported as a namespace package
+    raise ImportError("gin-config is not installed (on the GPU machine: carry a copy and put it on PYTHONPATH)")
   gin.clear_config()
   gin.parse_config_file(os.path.join(GIN_DIR, f"{name}.gin"))
   config = gin.query_parameter("%MODEL_CONFIG").scoped_configurable_fn()
@@ -84,24 +109,34 @@ def token_ids(rng, shape, vocab, lengths=None):
 @dataclasses.dataclass
 class Bench:
   """What every suite shares: the two engines' models on one set of weights, and how to time them."""
-  config: object  # T5Config of the timed runs (bfloat16 activations on a GPU)
+  config: object  # T5Config of the timed runs (its dtype: the activations' and the matmul probes')
   params: object
-  hf_model: object
+  hf_model: object  # None where torch or transformers is missing: Hugging Face is skipped
   torch_device: str
   reps: int
   seed: int
   meta: dict
   scoring_cases: tuple = SCORING_CASES
+  training_shape: dict = dataclasses.field(default_factory=lambda: TRAINING_SHAPE)
+  generation_shape: dict = dataclasses.field(default_factory=lambda: GENERATION_SHAPE)
+  matmul_size: int | None = None  # None: 8192 on a GPU, 2048 on a CPU
 
   @property
   def on_gpu(self):
     return self.torch_device != "cpu"
 
+  @property
+  def torch_dtype(self):
+    return torch.bfloat16 if self.config.dtype == "bfloat16" else None
+
   def matmul_runners(self):
-    size, dtype = (8192, "bfloat16") if self.on_gpu else (2048, "float32")
+    size, dtype = self.matmul_size or (8192 if self.on_gpu else 2048), self.config.dtype
     jax_run, flops = bench_timing.jax_matmul_runner(size, dtype)
-    torch_run, _ = bench_timing.torch_matmul_runner(size, dtype, self.torch_device)
-    return {"jax_matmul": jax_run, "torch_matmul": torch_run}, {"jax_matmul": flops, "torch_matmul": flops}
+    runners, probe_flops = {"jax_matmul": jax_run}, {"jax_matmul": flops}
+    if self.hf_model is not None:
+      runners["torch_matmul"], probe_flops["torch_matmul"] = bench_timing.torch_matmul_runner(
+          size, dtype, self.torch_device)
+    return runners, probe_flops
 
   def measure(self, suite, case, shape, unit, runners, work, check):
     """Interleaves `runners` with the matmul probes; returns the case's records and the probes'."""
@@ -140,20 +175,21 @@ def scoring_suite(bench: Bench) -> list[dict]:
     runners = {
         "score_candidates": lambda: np.asarray(scoring.score_candidates(c, bench.params, input_ids, candidate_ids)),
         "score_pairs": lambda: np.asarray(scoring.score_pairs(c, bench.params, input_ids, candidate_ids)),
-        "hf_t5": bench_hf.scorer(bench.hf_model, input_ids, candidate_ids, device=bench.torch_device),
     }
     shape_args = (c, case.batch, case.context, case.candidates, case.steps)
     work = {
         "score_candidates": dict(items=rows, engine="jax", flops=bench_flops.shared_scoring_flops(*shape_args)),
         "score_pairs": dict(items=rows, engine="jax", flops=bench_flops.pair_scoring_flops(*shape_args)),
-        "hf_t5": dict(items=rows, engine="torch", flops=bench_flops.pair_scoring_flops(*shape_args)),
     }
+    if bench.hf_model is not None:
+      runners["hf_t5"] = bench_hf.scorer(bench.hf_model, input_ids, candidate_ids, device=bench.torch_device)
+      work["hf_t5"] = dict(items=rows, engine="torch", flops=bench_flops.pair_scoring_flops(*shape_args))
     tolerance = SCORE_TOLERANCE if c.dtype == "float32" else 0.1
 
     def check(first):
-      ours = first["score_candidates"]
-      return _require({"max_abs_diff_vs_score_pairs": _max_abs_diff(ours, first["score_pairs"]),
-                       "max_abs_diff_vs_hf_t5": _max_abs_diff(ours, first["hf_t5"])}, tolerance, "scores differ")
+      ours = first.pop("score_candidates")
+      return _require({f"max_abs_diff_vs_{name}": _max_abs_diff(ours, theirs) for name, theirs in first.items()
+                       if not name.endswith("_matmul")}, tolerance, "scores differ")
 
     shape = dict(batch=case.batch, context=case.context, candidates=case.candidates, candidate_len=case.steps,
                  mean_candidate_tokens=float(np.mean(lengths)))
@@ -162,9 +198,7 @@ def scoring_suite(bench: Bench) -> list[dict]:
 
 
 def training_suite(bench: Bench) -> list[dict]:
-
-
-  c, shape = bench.config, TRAINING_SHAPE
+  c, shape = bench.config, bench.training_shape
   rng = np.random.default_rng(bench.seed)
   batch = {"input_ids": token_ids(rng, (shape["batch"], shape["context"]), c.vocab_size),
            "target_ids": token_ids(rng, (shape["batch"], shape["steps"]), c.vocab_size)}
@@ -183,24 +217,27 @@ def training_suite(bench: Bench) -> list[dict]:
     state["step"] += 1
     return float(metrics["loss"])
 
-  hf_train = bench_hf.trainer(copy.deepcopy(bench.hf_model), batch["input_ids"], batch["target_ids"],
-                              device=bench.torch_device, autocast_dtype=torch.bfloat16 if bench.on_gpu else None)
   tokens = shape["batch"] * (shape["context"] + shape["steps"])
   flops = bench_flops.training_flops(c, shape["batch"], shape["context"], shape["steps"])
-  work = {"train_step": dict(items=tokens, engine="jax", flops=flops),
-          "hf_t5": dict(items=tokens, engine="torch", flops=flops)}
+  runners = {"train_step": ours}
+  work = {"train_step": dict(items=tokens, engine="jax", flops=flops)}
+  if bench.hf_model is not None:
+    runners["hf_t5"] = bench_hf.trainer(copy.deepcopy(bench.hf_model), batch["input_ids"], batch["target_ids"],
+                                        device=bench.torch_device, autocast_dtype=bench.torch_dtype)
+    work["hf_t5"] = dict(items=tokens, engine="torch", flops=flops)
   tolerance = SCORE_TOLERANCE if c.dtype == "float32" else 0.1
 
   def check(first):
+    if "hf_t5" not in first:
+      return {"first_loss": first["train_step"]}
     return _require({"first_loss_abs_diff": abs(first["train_step"] - first["hf_t5"])}, tolerance, "losses differ")
 
-  return bench.measure("training", "cross_entropy_adafactor", shape, "tokens/s (input+target)",
-                       {"train_step": ours, "hf_t5": hf_train}, work, check)
+  return bench.measure("training", "cross_entropy_adafactor", shape, "tokens/s (input+target)", runners, work,
+                       check)
 
 
 def generation_suite(bench: Bench) -> list[dict]:
-
-  c, shape = bench.config, GENERATION_SHAPE
+  c, shape = bench.config, bench.generation_shape
   rng = np.random.default_rng(bench.seed)
   input_ids = token_ids(rng, (shape["batch"], shape["context"]), c.vocab_size)
   new_tokens = shape["new_tokens"]
@@ -210,22 +247,24 @@ def generation_suite(bench: Bench) -> list[dict]:
     return lambda: np.asarray(decoding.sample(c, bench.params, input_ids, key, max_length=new_tokens,
                                               top_p=0.95, greedy=greedy))[:, 0]
 
-  greedy = {"sample": ours(greedy=True),
-            "hf_t5": bench_hf.sampler(bench.hf_model, input_ids, new_tokens=new_tokens, greedy=True,
-                                      device=bench.torch_device)}
   items = shape["batch"] * new_tokens
   flops = bench_flops.generation_flops(c, shape["batch"], shape["context"], new_tokens)
-  work = {"sample": dict(items=items, engine="jax", flops=flops),
-          "hf_t5": dict(items=items, engine="torch", flops=flops)}
+  runners = {"sample": ours()}
+  work = {"sample": dict(items=items, engine="jax", flops=flops)}
+  if bench.hf_model is not None:
+    runners["hf_t5"] = bench_hf.sampler(bench.hf_model, input_ids, new_tokens=new_tokens, top_p=0.95,
+                                        device=bench.torch_device)
+    work["hf_t5"] = dict(items=items, engine="torch", flops=flops)
 
   def check(first):
     # Sampled tokens depend on each library's random numbers; greedy decoding must match.
     del first
-    return {"greedy_token_match": float(np.mean(greedy["sample"]() == greedy["hf_t5"]()))}
+    if bench.hf_model is None:
+      return {}
+    theirs = bench_hf.sampler(bench.hf_model, input_ids, new_tokens=new_tokens, greedy=True,
+                              device=bench.torch_device)()
+    return {"greedy_token_match": float(np.mean(ours(greedy=True)() == theirs))}
 
-  runners = {"sample": ours(),
-             "hf_t5": bench_hf.sampler(bench.hf_model, input_ids, new_tokens=new_tokens, top_p=0.95,
-                                       device=bench.torch_device)}
   return bench.measure("generation", "nucleus_top_p_0.95", shape, "tokens/s", runners, work, check)
 
 
@@ -241,9 +280,11 @@ def import_suite(bench: Bench) -> list[dict]:
   def runner(statement):
     return lambda: subprocess.run([sys.executable, "-c", statement], cwd=PROJECT_ROOT, check=True,
                                   capture_output=True)
+  load_start = bench_timing.load_average()
   timings = bench_timing.interleaved({name: runner(s) for name, s in IMPORT_PROGRAMS.items()}, bench.reps,
                                      warmup=0)
-  meta = dict(bench.meta, suite="import", case="cold_start", unit="s", load_end=bench_timing.load_average())
+  meta = dict(bench.meta, suite="import", case="cold_start", unit="s", load_start=load_start,
+              load_end=bench_timing.load_average())
   return bench_report.duration_records(meta, timings)
 
 
@@ -251,34 +292,44 @@ SUITE_FUNCTIONS = {"scoring": scoring_suite, "training": training_suite, "genera
                    "import": import_suite}
 
 
-def make_bench(model: str, device: str, reps: int, seed: int, directory) -> Bench:
-  """Builds the Hugging Face twin of `model`, imports its weights, and sets both engines' threads."""
-
+def make_bench(model: str, device: str, dtype: str, reps: int, seed: int, directory) -> Bench:
+  """Builds the Hugging Face twin of `model` (where installed), imports its weights, and sets both
+  engines' threads; without Hugging Face, the weights are a random initialisation."""
   threads = bench_timing.compute_threads()
-  torch.set_num_threads(threads)
   torch_device = "cuda" if device == "gpu" else "cpu"
-  hf_model = bench_hf.make_twin(model_config(model), directory, seed)
-  config, params = checkpoint_import.load_hf_t5(directory)
-  config = config.replace(dropout_rate=0.0)
-  if device == "gpu":
-    config = config.replace(dtype="bfloat16")
+  if bench_hf is None:
+    print(f"hf_t5: skipped, torch or transformers is not installed here ({HF_MISSING})", file=sys.stderr)
+    config = model_config(model).replace(dropout_rate=0.0)
+    params, hf_model = network.init_params(config, jax.random.PRNGKey(seed)), None
+  else:
+    torch.set_num_threads(threads)
+    hf_model = bench_hf.make_twin(model_config(model), directory, seed)
+    config, params = checkpoint_import.load_hf_t5(directory)
+    config = config.replace(dropout_rate=0.0)
+  config = config.replace(dtype=dtype)
+  if hf_model is not None and dtype == "bfloat16":
     hf_model = hf_model.to(torch_device, torch.bfloat16)
+  elif hf_model is not None:
+    hf_model = hf_model.to(torch_device)
   meta = dict(model=model, device=device, accelerator=str(jax.devices()[0].device_kind), dtype=config.dtype,
-              threads=threads, jax=jax.__version__, torch=torch.__version__,
+              threads=threads, jax=jax.__version__, torch=getattr(torch, "__version__", None),
               xla_flags=os.environ.get("XLA_FLAGS", ""))
   return Bench(config, jax.device_put(params), hf_model, torch_device, reps, seed, meta)
 
 
-def run(model="small", suites=SUITES, reps=5, device="cpu", seed=0, quick=False) -> list[dict]:
-  """Runs the suites and returns their records (see scripts/bench_report.py); `quick`: one
-  repetition of the first scoring case only, to check that everything runs."""
+def run(model="small", suites=SUITES, reps=7, device="cpu", dtype=None, seed=0, quick=False) -> list[dict]:
+  """Runs the suites and returns their records (see scripts/bench_report.py); `quick`: QUICK_REPS
+  repetitions of QUICK_SHAPES, to check that everything runs."""
   unknown = set(suites) - set(SUITES)
   if unknown:
     raise ValueError(f"unknown suite(s) {sorted(unknown)}; expected some of {SUITES}")
+  dtype = dtype or ("bfloat16" if device == "gpu" else "float32")
   with tempfile.TemporaryDirectory() as directory:
-    bench = make_bench(model, device, 1 if quick else reps, seed, directory)
+    bench = make_bench(model, device, dtype, QUICK_REPS if quick else reps, seed, directory)
     if quick:
-      bench = dataclasses.replace(bench, scoring_cases=SCORING_CASES[:1])
+      bench = dataclasses.replace(bench, **QUICK_SHAPES)
+    print(f"{bench.meta['accelerator']}, {dtype}, {bench.reps} repetitions (load {os.getloadavg()[0]:.2f})",
+          file=sys.stderr)
     records = []
     for suite in suites:
       records += SUITE_FUNCTIONS[suite](bench)
@@ -290,8 +341,10 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   # Chosen before any backend starts: a GPU run must not fall back to the CPU silently.
-  jax.config.update("jax_platforms", "cuda" if _DEVICE.value == "gpu" else "cpu")
-  records = run(_MODEL.value, _SUITES.value, _REPS.value, _DEVICE.value, _SEED.value, _QUICK.value)
+  if _DEVICE.value != "auto":
+    jax.config.update("jax_platforms", "cuda" if _DEVICE.value == "gpu" else "cpu")
+  device = "gpu" if jax.default_backend() == "gpu" else "cpu"
+  records = run(_MODEL.value, _SUITES.value, _REPS.value, device, _DTYPE.value, _SEED.value, _QUICK.value)
   print(bench_report.table(records))
   if _JSON.value:
     bench_report.write_json_lines(_JSON.value, records)

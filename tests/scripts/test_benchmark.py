@@ -1,6 +1,9 @@
 """The benchmark end to end on the tiny config (no timed assertions), and its FLOP counts against the programs."""
 import json
 import math
+import os
+import re
+import statistics
 import subprocess
 import sys
 
@@ -12,12 +15,15 @@ import pytest
 
 from models import network, scoring
 from models.config import T5Config
-from scripts import bench_flops, benchmark
+from scripts import bench_flops, bench_report, benchmark
+from scripts.bench_timing import Timing
 from tests.conftest import PROJECT_ROOT
 
 TINY = T5Config(vocab_size=96, emb_dim=32, num_heads=4, head_dim=8, mlp_dim=48,
                 num_encoder_layers=2, num_decoder_layers=3)
 OURS = {"scoring": "score_candidates", "training": "train_step", "generation": "sample"}
+# No timing is asserted, so XLA may compile for speed of compilation (halves this test's time).
+FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 BASELINES = {"scoring": {"score_pairs", "hf_t5"}, "training": {"hf_t5"}, "generation": {"hf_t5"}}
 
 
@@ -40,7 +46,8 @@ def _matmul_flops(jaxpr) -> int:
 
 @pytest.fixture(scope="module")
 def params():
-  return network.init_params(TINY, jax.random.PRNGKey(0))
+  """Shapes only: tracing needs no values (and initialising would compile)."""
+  return jax.eval_shape(lambda: network.init_params(TINY, jax.random.PRNGKey(0)))
 
 
 def test_forward_flops_count_every_matmul_of_the_network(params):
@@ -69,34 +76,104 @@ def test_token_ids_end_with_eos_then_padding():
     assert np.all(flat[row, :length - 1] >= 2)
 
 
+def _blocks(stdout: str) -> dict[str, list[str]]:
+  """The printed table's lines by block header ("scoring / timedial", "durations")."""
+  blocks, current = {}, None
+  for line in stdout.splitlines():
+    header = re.match(r"\[([^\]]+)\]", line)
+    if header:
+      current = blocks.setdefault(header.group(1), [])
+    if current is not None:
+      current.append(line)
+  return blocks
+
+
+def _check_spread(stats: dict, values: list[float]):
+  assert stats["reps"] == pytest.approx(values)
+  assert stats["median"] == pytest.approx(statistics.median(values))
+  assert (stats["min"], stats["max"]) == pytest.approx((min(values), max(values)))
+  assert stats["spread"] == pytest.approx((max(values) - min(values)) / statistics.median(values))
+
+
+def _printed(lines: list[str], what: str) -> tuple[float, float, float]:
+  """(median, min, max) printed for `what` (a ratio "A vs B" or a matmul probe) in one block."""
+  [line] = [l for l in lines if re.match(rf"  (ratio {what}:|ceiling {what} )", l)]
+  median, low, high = re.search(r"([\d.e+-]+) \[([\d.e+-]+)-([\d.e+-]+)\] spread", line).groups()
+  return float(median), float(low), float(high)
+
+
+def _warned(lines: list[str], where: str) -> set[str]:
+  return {re.match(rf"WARNING \[{re.escape(where)}\] (.+): per-repetition spread", l).group(1)
+          for l in lines if l.startswith("WARNING")}
+
+
 def test_benchmark_end_to_end_on_tiny(tmp_path):
+  """--quick on tiny as a user runs it: every suite's contenders, and the printed medians, ranges,
+  loads and WARNING lines are the JSON's (computed again here from the per-repetition times)."""
   path = tmp_path / "bench.jsonl"
   result = subprocess.run(
       [sys.executable, "-m", "scripts.benchmark", "--model=tiny", "--quick", f"--json={path}",
        "--suites=scoring,training,generation"],  # the import suite: the test below
-      cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, check=False)
+      cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, check=False,
+      env=dict(os.environ, XLA_FLAGS=FAST_COMPILE))
   assert result.returncode == 0, result.stderr[-3000:]
   records = [json.loads(line) for line in path.read_text().splitlines()]
+  blocks = _blocks(result.stdout)
   measured = [r for r in records if not r["impl"].endswith("_matmul")]
   assert {r["suite"] for r in measured} == set(OURS)
+  assert set(blocks) == {f"{r['suite']} / {r['case']}" for r in measured}
   for suite, ours in OURS.items():
     for case in {r["case"] for r in measured if r["suite"] == suite}:
+      where = f"{suite} / {case}"
+      lines = blocks[where]
       rows = {r["impl"]: r for r in measured if (r["suite"], r["case"]) == (suite, case)}
-      assert set(rows) == {ours} | BASELINES[suite]
+      assert list(rows)[0] == ours and set(rows) == {ours} | BASELINES[suite]
       assert rows[ours]["agreement"]
+      assert f"load {rows[ours]['load_start']:.2f}->{rows[ours]['load_end']:.2f}" in lines[0]
+      should_warn = set()
       for impl, row in rows.items():
-        assert row["throughput"] > 0 and row["median_s"] > 0 and len(row["times_s"]) == 1
+        assert row["throughput"] > 0 and row["median_s"] > 0 and len(row["times_s"]) == benchmark.QUICK_REPS
         assert row["mfu"] == pytest.approx(row["flops"] / row["median_s"] / row["peak_flops_per_s"])
         assert set(row["ratios"]) == set(rows) - {impl}
-        for other, ratio in row["ratios"].items():
-          assert ratio == pytest.approx(row["throughput"] / rows[other]["throughput"])
+        items = row["throughput"] * row["median_s"]
+        for other, stats in row["ratios"].items():
+          other_items = rows[other]["throughput"] * rows[other]["median_s"]
+          _check_spread(stats, [(items / t) / (other_items / u) for t, u in zip(row["times_s"], rows[other]["times_s"])])
+          if list(rows).index(other) > list(rows).index(impl):  # each pair printed once, in run order
+            assert _printed(lines, f"{impl} vs {other}") == pytest.approx(
+                (stats["median"], stats["min"], stats["max"]), rel=1e-3)
+            if stats["spread"] > 0.2:
+              should_warn.add(f"{impl} vs {other}")
       peaks = [r for r in records if (r["suite"], r["case"]) == (suite, case) and r["impl"].endswith("_matmul")]
       assert {r["engine"] for r in peaks} == {"jax", "torch"}
+      for peak in peaks:
+        _check_spread(peak["flops_per_s"], [peak["throughput"] * peak["median_s"] / t for t in peak["times_s"]])
+        assert _printed(lines, peak["impl"]) == pytest.approx(
+            tuple(peak["flops_per_s"][k] / 1e9 for k in ("median", "min", "max")), abs=0.051)
+        engine_rows = [r for r in rows.values() if r["engine"] == peak["engine"]]
+        assert all(r["peak_flops_per_s"] == pytest.approx(peak["throughput"]) for r in engine_rows)
+        if peak["flops_per_s"]["spread"] > 0.2:
+          should_warn.add(peak["impl"])
+      assert _warned(lines, where) == should_warn, "\n".join(lines)
   scoring_agreement = [r["agreement"] for r in measured if r["impl"] == "score_candidates"]
   assert all(value <= benchmark.SCORE_TOLERANCE for a in scoring_agreement for value in a.values())
-  first, *others = benchmark.SCORING_CASES  # --quick: the first case only
-  assert f"[scoring / {first.name}]" in result.stdout
-  assert not any(f"[scoring / {case.name}]" in result.stdout for case in others)
+  assert "[scoring / timedial]" in result.stdout  # --quick: one scoring case, of tiny shapes
+  assert measured[0]["shape"]["context"] == benchmark.QUICK_SHAPES["scoring_cases"][0].context
+
+
+def test_table_warns_exactly_where_the_spread_exceeds_a_fifth():
+  """Hand-made timings: B's per-repetition speed against A is 2, 2, 2 (no spread), C's 1, 2, 3."""
+  timings = {"a": Timing(1.0, [1.0, 1.0, 1.0]), "b": Timing(1.0, [0.5, 0.5, 0.5]), "c": Timing(1.0, [1.0, 0.5, 1 / 3])}
+  work = {name: dict(items=1, engine="jax", flops=10) for name in timings}
+  meta = dict(suite="s", case="k", shape={}, unit="items/s", load_start=0.5, load_end=0.7)
+  records = bench_report.case_records(meta, timings, work, {"jax": 100.0}, {"diff": 0.0})
+  records += bench_report.peak_records(meta, {"jax_matmul": Timing(1.0, [0.1, 0.11, 0.1])}, {"jax_matmul": 1e9})
+  ratios = records[0]["ratios"]
+  assert ratios["b"]["reps"] == pytest.approx([0.5] * 3) and ratios["b"]["spread"] == pytest.approx(0)
+  assert ratios["c"]["reps"] == pytest.approx([1, 0.5, 1 / 3]) and ratios["c"]["spread"] == pytest.approx(4 / 3)
+  lines = _blocks(bench_report.table(records))["s / k"]
+  assert _printed(lines, "b vs c") == pytest.approx((1.0, 2 / 3, 2.0), rel=1e-3)
+  assert _warned(lines, "s / k") == {"a vs c", "b vs c"}
 
 
 def test_import_suite_times_each_program_in_a_fresh_process(monkeypatch):
@@ -111,4 +188,6 @@ def test_import_suite_times_each_program_in_a_fresh_process(monkeypatch):
   for row in rows.values():
     assert (row["suite"], row["case"], row["unit"]) == ("import", "cold_start", "s")
     assert len(row["times_s"]) == 2 and row["median_s"] == pytest.approx(float(np.median(row["times_s"])))
+    _check_spread(row["seconds"], row["times_s"])
+    assert row["load_start"] >= 0 and row["load_end"] >= 0
   assert min(rows["import_sleep"]["times_s"]) > 0.3 and min(rows["import_json"]["times_s"]) > 0
