@@ -410,3 +410,36 @@ def read_model_config(directory: str) -> T5Config | None:
   if unknown:
     raise ValueError(f"{path}: unknown T5Config field(s) {unknown}")
   return T5Config(**fields)
+
+
+BEST_SUBDIR = "best"  # MODEL_DIR/best/<step>/params: the checkpoint of the best evaluation so far
+
+
+def best_checkpoint_manager(model_dir, mode: str) -> ocp.CheckpointManager:
+  """A manager of `model_dir`/best keeping one checkpoint, the best by its recorded "value".
+
+  Orbax keeps each step's metrics beside it (best_fn, best_mode), so a restarted run reads the
+  best step and value back from disk. It holds parameters only: evaluation's `load_params`
+  reads MODEL_DIR/best like any step directory; resuming never looks here.
+  """
+  options = ocp.CheckpointManagerOptions(max_to_keep=1, best_fn=lambda record: record["value"],
+                                         best_mode=mode, keep_checkpoints_without_metrics=False,
+                                         create=True)
+  return ocp.CheckpointManager(os.path.join(os.path.abspath(model_dir), BEST_SUBDIR),
+                               options=options, item_names=("params",))
+
+
+def save_best(manager, step, params, record: dict) -> None:
+  """Saves `params` as the best checkpoint with `record` ({"value": ..., and what it means}), and
+  waits: the run's latest checkpoint of the same step must never be on disk before its best."""
+  manager.save(int(step), args=ocp.args.Composite(params=ocp.args.StandardSave(params)),
+               metrics=record, force=True)
+  manager.wait_until_finished()
+
+
+def recorded_best(manager) -> tuple[int, dict] | None:
+  """(step, record) of the best checkpoint in `manager`, None when it holds none."""
+  step = manager.best_step()
+  if step is None:
+    return None
+  return step, dict(manager.metrics(step))

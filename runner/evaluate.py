@@ -223,6 +223,35 @@ def task_metrics(task, records: list[dict]) -> dict:
   return metrics
 
 
+def worst_items(records: Sequence[Mapping], count: int = 5) -> list[dict]:
+  """The `count` items whose best wrong candidate outscored their best correct one by the most.
+
+  Each: {"id", "margin" (best wrong score minus best correct score, > 0), "context" (the input
+  text predictions.jsonl records, `inputs_pretokenized`), "candidates": [(text, score, correct)]}.
+  Items the model ranks right, and items without both a correct and a wrong candidate, have no
+  such margin and are left out; ties go by id, so the list is the same on every run.
+  """
+  wrong = []
+  for record in records:
+    scores, gold = record["scores"], record["gold"]
+    correct = [s for s, y in zip(scores, gold) if y]
+    incorrect = [s for s, y in zip(scores, gold) if not y]
+    if correct and incorrect and max(incorrect) > max(correct):
+      wrong.append((max(incorrect) - max(correct), record))
+  wrong.sort(key=lambda pair: (-pair[0], str(pair[1]["id"])))
+  return [{"id": record["id"], "margin": margin, "context": record.get("inputs_pretokenized", ""),
+           "candidates": list(zip(_candidate_texts(record), record["scores"],
+                                  (bool(y) for y in record["gold"])))}
+          for margin, record in wrong[:count]]
+
+
+def _candidate_texts(record: Mapping) -> list[str]:
+  texts = record.get("candidates_pretokenized") or record.get("candidate_texts")
+  if texts is None or len(texts) != len(record["scores"]):
+    return [f"candidate {j}" for j in range(len(record["scores"]))]
+  return [str(t) for t in texts]
+
+
 def group_metrics(metrics: Mapping[str, Mapping[str, Mapping[str, float]]],
                   metric_groups: Mapping[str, Sequence[str]] | None) -> dict:
   """`{group: {metric: {"value", "low", "high", "tasks"}}}`: per group of tasks, each metric that
@@ -371,7 +400,8 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
              scorer: str = "likelihood", model_config: T5Config | None = None, mesh_shape=(-1, 1),
              logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached_tasks=False,
              run_config: str | None = None,
-             metric_groups: Mapping[str, Sequence[str]] | None = None) -> dict:
+             metric_groups: Mapping[str, Sequence[str]] | None = None,
+             references: report.References | None = None) -> dict:
   """Scores a task or mixture with a checkpoint; writes predictions, metrics.json and report.html.
 
   Returns the metrics (`{task or group: {metric: {"value", "low", "high"}}}`). On SIGINT or SIGTERM it
@@ -384,7 +414,10 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   `metric_groups` ({group: [task names]}) adds, beside the tasks, each group's average over its
   evaluated tasks (`group_metrics`; scripts/evaluate.py names HEAP's clusters). Groups are
   computed from the finished predictions like the tasks' metrics, so they are not provenance:
-  a resumed evaluation may name other groups.
+  a resumed evaluation may name other groups. `references` (`{task: [(metric, label, value,
+  source), ...]}`, plain data: scripts/evaluate.py builds it from t5_tasks.references) puts the
+  papers' figures on the report. The report also lists each task's items most wrong
+  (`worst_items`).
   """
   check_scoring(scorer, normalization)
   if jax.process_count() > 1:
@@ -436,7 +469,11 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   notes = [f"{mixture_or_task_name}, split {split!r}, scorer {scorer}"
            + (f", normalisation {normalization!r}: {NORMALIZATIONS[normalization][1]}"
               if scorer == "likelihood" else "")] + notes
+  # Tasks the model ranks right throughout, and generation tasks (one candidate), have none.
+  wrong_items = {task.name: worst_items(by_task.get(task.name, [])) for task in tasks}
+  most_wrong = [report.worst_items_table(name, items) for name, items in wrong_items.items() if items]
   html_path = report.write_report(output_dir, title=f"Evaluation of {mixture_or_task_name}",
-                                  metrics=metrics, groups=groups, tables=[counts], notes=notes)
+                                  metrics=metrics, groups=groups, tables=[counts, *most_wrong],
+                                  notes=notes, references=references)
   print(f"wrote {path}, {os.path.join(output_dir, outputs.METRICS_FILE)} and {html_path}", flush=True)
   return {**metrics, **groups}

@@ -63,10 +63,14 @@ def heap_metric_groups(task_names: Sequence[str], clusters: Mapping[str, Sequenc
 def main(argv: Sequence[str]) -> None:
   train_script.start(argv)
   import seqio  # pylint: disable=g-import-not-at-top  # registered by t5_tasks in `start`
-  # Every HEAP group: the evaluation averages the members it scored (a mixture gin binds may be a
-  # reference to register_mixture, whose tasks are known only once it is called).
+  from t5_tasks import references  # pylint: disable=g-import-not-at-top  # after absl starts
+  # Every HEAP group and every task's reference figures: the evaluation uses those of the tasks
+  # it scored (a mixture gin binds may be a reference to register_mixture, whose tasks are known
+  # only once it is called).
+  task_names = seqio.TaskRegistry.names()
   metrics = gin.get_configurable(evaluate_lib.evaluate)(
-      run_config=gin.config_str(), metric_groups=heap_metric_groups(seqio.TaskRegistry.names()))
+      run_config=gin.config_str(), metric_groups=heap_metric_groups(task_names),
+      references=references.for_tasks(task_names))
   print(format_metrics(metrics))
   print(f"report: {gin.query_parameter('%EVAL_OUTPUT_DIR')}/report.html", flush=True)
 

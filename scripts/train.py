@@ -201,15 +201,15 @@ def _reference_only(value) -> bool:
 # called with it (and fails somewhere inside it, as a TypeError far from the binding).
 MACRO_KINDS = {
     **dict.fromkeys(("TRAIN_STEPS", "BATCH_SIZE", "ACCUMULATION_STEPS", "WARMUP_STEPS", "MIXTURE_RATE_CAP",
-                     "SEED", "NUM_SAMPLES"), (_whole, "a whole number")),
+                     "SEED", "NUM_SAMPLES", "EVAL_EVERY"), (_whole, "a whole number")),
     **dict.fromkeys(("LEARNING_RATE", "WEIGHT_DECAY", "Z_LOSS", "TEMPERATURE"), (_number, "a number")),
     **dict.fromkeys(("DROPOUT_RATE", "TOP_P"), (_fraction, "a number from 0 to 1")),
     **dict.fromkeys(("MODEL_DIR", "CHECKPOINT_PATH", "EVAL_OUTPUT_DIR", "INFER_OUTPUT_FILE",
                      "MIXTURE_OR_TASK_NAME", "OBJECTIVE", "OPTIMIZER", "SCHEDULE", "SPLIT", "SCORER",
-                     "NORMALIZATION",
+                     "NORMALIZATION", "EVAL_MIXTURE_OR_TASK_NAME", "EVAL_SPLIT", "BEST_MODE",
                      "ACTIVATION_DTYPE"), (_text, "a string in quotes, e.g. --gin.NAME=\"'text'\"")),
     **dict.fromkeys(("INITIAL_CHECKPOINT_PATH", "REWARD_CHECKPOINT_PATH", "INPUT_FILE",
-                     "NORMALIZED_CHECKPOINT_PATH"),
+                     "NORMALIZED_CHECKPOINT_PATH", "BEST_METRIC"),
                     (_text_or_none, "a string in quotes (a path) or None")),
     **dict.fromkeys(("USE_CACHED_TASKS",), (_flag, "True or False")),
     "MULTI_HOST": (_flag_or_none, "True, False or None"),

@@ -554,6 +554,29 @@ def check_heap_runs(ws: Workspace, command: str, result) -> None:
   assert re.search(r"^hate_speech +9 ", result.stdout, re.M), result.stdout
 
 
+def check_baseline(ws: Workspace, command: str, result) -> None:
+  assert_ran(result)
+  out = ws.path(command.split("--out=")[1].split()[0])
+  metrics = json.loads((out / "metrics.json").read_text())
+  task = {"timedial_overlap": "timedial_cloze_full", "asq_similarity": "asq_intent_cloze"}[
+      command.split("--baseline=")[1].split()[0]]
+  assert task in metrics and (out / "predictions.jsonl").is_file() and (out / "report.html").is_file()
+
+
+def check_comparison(ws: Workspace, command: str, result) -> None:
+  """Each baseline beside the model on its own task: a paired bootstrap and McNemar for each pair."""
+  assert_ran(result)
+  out = ws.path(command.split("--out=")[1].split()[0])
+  comparison = json.loads((out / "comparison.json").read_text())
+  pairs = {(d["task"], d["metric"], d["a"], d["b"]) for d in comparison["differences"]}
+  assert {("timedial_cloze_full", "two_best_accuracy", "model", "overlap"),
+          ("asq_intent_cloze", "accuracy", "model", "similarity")} <= pairs, sorted(pairs)
+  for d in comparison["differences"]:
+    assert 0 <= d["p_bootstrap"] <= 1 and 0 <= d["p_mcnemar"] <= 1 and d["low"] <= d["difference"] <= d["high"], d
+  assert all((out / name).is_file() for name in ("comparison.md", "comparison.tex", "report.html"))
+  assert f"wrote {out / 'report.html'} and comparison.json, .md, .tex in" in result.stdout, result.stdout
+
+
 def check_tfds_build(ws: Workspace, command: str, result) -> None:
   assert_ran(result)
   built = dict(line.split(": ", 1) for line in result.stdout.splitlines() if " -> " in line)
@@ -632,7 +655,7 @@ CASES = [
          check_make_demo, run=run_make_demo, writes=(DEMO_DIR,)),
     Case(DEMO_TRAIN, "the demo's training (make demo)", check_demo_training, exact=True),
     Case(DEMO_EVALUATE, "the demo's evaluation (make demo)", check_demo_evaluation, run=run_demo_evaluation,
-         exact=True, reads=(DEMO_DIR,)),
+         exact=True, reads=(DEMO_DIR,), writes=(f"{DEMO_DIR}/eval",)),
     Case("make test", "make -n test: it is this suite", check_make_test),
     Case("make venv", "make -n -B venv, and this environment has the pinned versions", check_make_venv),
     Case("make lock", "make -n lock and its sed: a fresh 3 GB venv takes minutes", check_make_lock),
@@ -652,6 +675,9 @@ CASES = [
     Case(HEAP_TRAIN, "tiny steps, quickstart shapes, no accumulation", check_heap_training, run=run_heap_training,
          reads=AFTER_THE_DEMO),
     Case(HEAP_EVALUATE, "quickstart shapes, on the HEAP run", check_heap_evaluation, run=run_with_tiny_settings),
+    Case("python -m scripts.run_baseline", "on the quickstart files", check_baseline, run=run_as_is),
+    Case("python -m scripts.compare", "the demo's evaluation beside the two baselines", check_comparison,
+         run=run_as_is),
     Case("python -m scripts.analyze heap --data_dir=", "on the quickstart files", check_heap_counts,
          run=run_as_is),
     Case("python -m scripts.analyze heap_runs", "on the HEAP run's evaluation", check_heap_runs, run=run_as_is),

@@ -1,0 +1,374 @@
+r"""Compares systems evaluated on the same items, with paired significance tests.
+
+  python -m scripts.compare --eval_dirs=base=runs/base/eval,large=runs/large/eval --out=/tmp/cmp \
+      [--metric=accuracy,two_best_accuracy] [--num_bootstrap=1000] [--seed=0]
+
+Each --eval_dirs entry NAME=DIR is a directory written by scripts.evaluate or scripts.run_baseline
+(predictions.jsonl and metrics.json). The systems must have scored the same items: per task the
+same (task, id) set and the same gold labels per item, else the command exits 1 naming the task.
+
+The compared metrics are the accuracy-like ones every system's metrics.json reports: accuracy,
+two_best_accuracy (TimeDial), pairwise_accuracy (preference tasks, HEAP) and their per-group
+variants (accuracy/C+E). Each item's credit is recomputed from its prediction record as
+t5_tasks.metrics defines it (a tie gets the expected credit of breaking it at random, so 0.5 on a
+two-candidate item), and its mean must equal the value in metrics.json. The table shows each
+system's value and 95% interval as its metrics.json reports them. For each pair of systems A, B:
+
+  * paired bootstrap: --num_bootstrap resamples of the items with replacement, the same items for
+    both systems; the difference A - B of the means, its 95% percentile interval, and the two-sided
+    p-value = 2 x the fraction of resamples whose difference has the opposite sign of the observed
+    one (a resampled difference of exactly 0 is not opposite), capped at 1; 1 when the observed
+    difference is 0. A p of 0 means no resample of --num_bootstrap had the opposite sign.
+  * McNemar's exact test: a two-sided binomial test (p = 1/2) on the discordant items, those where
+    one system gets more credit than the other. With 0/1 credit these are McNemar's discordant
+    pairs; an item one system ties on (credit 0.5) counts for the system with more credit.
+
+Writes report.html (tables and one bar chart per task and metric, a bar per system),
+comparison.json, comparison.md and comparison.tex (booktabs) under --out, all with the same numbers.
+"""
+import json
+import math
+import os
+import sys
+from typing import Mapping, Sequence
+
+from absl import app
+from absl import flags
+import numpy as np
+from scipy import stats
+
+from runner import outputs
+from runner import report
+from scripts import console
+
+# t5_tasks (seqio, TensorFlow: seconds to import) is imported in `item_credit`, once the inputs are
+# checked: a mismatched directory is refused at once, and absl has started (see scripts/analyze.py).
+
+ACCURACY_METRICS = ("accuracy", "two_best_accuracy", "pairwise_accuracy")
+CONFIDENCE = 0.95
+MAX_IDS_SHOWN = 5
+DECIMALS = 12  # differences of means are rounded to this: float noise has no sign
+VALUE_TOLERANCE = 1e-9  # recomputed mean vs metrics.json: the same float64 arithmetic
+
+
+class ComparisonError(ValueError):
+  """Inputs that cannot be compared (a user's error: one line, exit 1)."""
+
+
+def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
+  """Defines the command line's flags (on `fv`; tests pass their own FlagValues)."""
+  flags.DEFINE_list("eval_dirs", [], "NAME=DIR of each system's evaluation directory (two or more).",
+                    flag_values=fv)
+  flags.DEFINE_string("out", None, "Output directory.", flag_values=fv)
+  flags.DEFINE_list("metric", [], "Metrics to compare (default: every accuracy-like metric all systems "
+                    "report), e.g. accuracy,two_best_accuracy,accuracy/C+E.", flag_values=fv)
+  flags.DEFINE_integer("num_bootstrap", 1000, "Paired bootstrap resamples.", flag_values=fv)
+  flags.DEFINE_integer("seed", 0, "Paired bootstrap seed.", flag_values=fv)
+
+
+def parse_systems(specs: Sequence[str]) -> dict[str, str]:
+  """{name: directory} of the NAME=DIR entries, in their order."""
+  systems = {}
+  for spec in specs:
+    name, sep, directory = spec.partition("=")
+    if not sep or not name or not directory:
+      raise ComparisonError(f"--eval_dirs entries are NAME=DIR, got {spec!r}")
+    if name in systems:
+      raise ComparisonError(f"--eval_dirs names system {name!r} twice")
+    systems[name] = directory
+  if len(systems) < 2:
+    raise ComparisonError("--eval_dirs needs two or more NAME=DIR entries to compare")
+  return systems
+
+
+def load_system(directory: str) -> dict:
+  """The directory's records by task and id, its metrics and provenance."""
+  path = os.path.join(directory, outputs.PREDICTIONS_FILE)
+  by_task: dict[str, dict[str, dict]] = {}
+  for record in outputs.read_predictions(path):
+    items = by_task.setdefault(record["task"], {})
+    if record["id"] in items:
+      raise ComparisonError(f"{path}: item ({record['task']}, {record['id']}) appears twice")
+    items[record["id"]] = record
+  return {"dir": directory, "records": by_task, "metrics": outputs.read_metrics(directory),
+          "provenance": outputs.read_provenance(directory)}
+
+
+def _ids(ids) -> str:
+  shown = sorted(ids)[:MAX_IDS_SHOWN]
+  return ", ".join(shown) + (f" (and {len(ids) - len(shown)} more)" if len(ids) > len(shown) else "")
+
+
+def check_same_items(systems: Mapping[str, dict]) -> None:
+  """Refuses systems that scored a task on different items: (task, id) set or gold labels. A task
+  only some systems scored is compared among those (a model's mixture beside one-task baselines)."""
+  tasks = sorted({task for system in systems.values() for task in system["records"]})
+  for task in tasks:
+    (first, reference), *others = [(n, s["records"][task]) for n, s in systems.items() if task in s["records"]]
+    for name, theirs in others:
+      if set(reference) != set(theirs):
+        only_first, only_other = set(reference) - set(theirs), set(theirs) - set(reference)
+        parts = ([f"only {first} has {_ids(only_first)}"] if only_first else []) + (
+            [f"only {name} has {_ids(only_other)}"] if only_other else [])
+        raise ComparisonError(f"task {task}: {first} and {name} scored different items: {'; '.join(parts)}")
+      differ = [i for i in reference if reference[i].get("gold") != theirs[i].get("gold")]
+      if differ:
+        raise ComparisonError(f"task {task}: {first} and {name} have different gold labels for items "
+                              f"{_ids(differ)}")
+
+
+def item_groups(record: Mapping) -> set[str]:
+  """The groups an item counts in, as t5_tasks.metrics.asq_metric_fn reads them (accuracy/GROUP)."""
+  return set(filter(None, (record.get("pair_groups") or record.get("pair_type") or "").split("|")))
+
+
+def pairwise_credit(scores: Sequence[float], gold: Sequence[int]) -> float:
+  """One item's credit in t5_tasks.metrics.pairwise_accuracy (which returns only the corpus mean):
+  1 when the preferred response scores higher, 0.5 on a tie; the pair as preference_metric_fn
+  takes it from the candidates (the first gold-1 and the first gold-0)."""
+  good = next(s for s, y in zip(scores, gold) if y == 1)
+  bad = next(s for s, y in zip(scores, gold) if y == 0)
+  return float(good > bad) + 0.5 * float(good == bad)
+
+
+def item_credit(metric: str, records: Sequence[Mapping]) -> np.ndarray:
+  """Per item, its credit in `metric` (accuracy, two_best_accuracy, pairwise_accuracy)."""
+  if metric == "pairwise_accuracy":
+    return np.asarray([pairwise_credit(r["scores"], r["gold"]) for r in records])
+  from t5_tasks import metrics as t5_metrics  # pylint: disable=g-import-not-at-top
+  k = 2 if metric == "two_best_accuracy" else 1
+  # One item at a time: tasks may give items different numbers of candidates.
+  return np.asarray([t5_metrics.top_k_credit([r["scores"]], [r["gold"]], k)[0] for r in records])
+
+
+def comparable(name: str) -> bool:
+  return name.partition("/")[0] in ACCURACY_METRICS
+
+
+def metrics_to_compare(systems: Mapping[str, dict], requested: Sequence[str]):
+  """([(task, metric)] to compare: accuracy-like, reported by two systems or more; [(task, metric)]
+  reported but left out), in a stable order."""
+  reported = [{(t, m) for t, by_name in s["metrics"].items() for m in by_name} for s in systems.values()]
+  every = set.union(*reported)
+  shared = {key for key in every if sum(key in r for r in reported) >= 2}
+  chosen = sorted((t, m) for t, m in shared if comparable(m) and (not requested or m in requested))
+  unknown = set(requested) - {m for _, m in chosen}
+  if unknown:
+    available = sorted({m for t, m in shared if comparable(m)})
+    raise ComparisonError(f"--metric {', '.join(sorted(unknown))}: not an accuracy-like metric two systems "
+                          f"report; they report {', '.join(available) or 'none'}")
+  if not chosen:
+    raise ComparisonError("no accuracy-like metric (" + ", ".join(ACCURACY_METRICS) + ") that two systems "
+                          "report on the same task to compare")
+  return chosen, sorted(every - set(chosen))
+
+
+def paired_bootstrap(a, b, num_bootstrap: int, seed: int) -> dict[str, float]:
+  """Difference of means a - b, its percentile interval and two-sided p (module docstring)."""
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  # Rounded: credits such as 1/3 make a true difference of 0 come out as +-1e-17, a sign it lacks.
+  observed = float(np.round(a.mean() - b.mean(), DECIMALS))
+  rng = np.random.default_rng(seed)
+  # One row of item indices per resample, applied to both systems: the pairing.
+  rows = rng.integers(0, len(a), size=(num_bootstrap, len(a)))
+  differences = np.round((a[rows] - b[rows]).mean(axis=1), DECIMALS)
+  tail = (1 - CONFIDENCE) / 2 * 100
+  low, high = np.percentile(differences, [tail, 100 - tail])
+  if observed == 0:
+    p = 1.0
+  else:
+    p = min(1.0, 2 * float(np.mean(np.sign(differences) == -np.sign(observed))))
+  return {"difference": observed, "low": float(low), "high": float(high), "p": p}
+
+
+def mcnemar_exact(a, b) -> dict[str, float]:
+  """Exact two-sided McNemar test: binomial test on the items where the credits differ."""
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  a_better, b_better = int(np.sum(a > b)), int(np.sum(b > a))
+  discordant = a_better + b_better
+  p = 1.0 if discordant == 0 else float(stats.binomtest(a_better, discordant, 0.5).pvalue)
+  return {"a_better": a_better, "b_better": b_better, "p": p}
+
+
+def _credits(system: dict, task: str, metric: str, ids: Sequence[str]) -> np.ndarray:
+  records = [system["records"][task][i] for i in ids]
+  return item_credit(metric.partition("/")[0], records)
+
+
+def compare(systems: Mapping[str, dict], chosen, num_bootstrap: int, seed: int) -> tuple[list, list]:
+  """(value rows, difference rows) of every chosen (task, metric): see comparison.json."""
+  values, differences = [], []
+  for task, metric in chosen:
+    names = [n for n, s in systems.items() if metric in s["metrics"].get(task, {})]
+    group = metric.partition("/")[2]
+    reference = systems[names[0]]["records"][task]
+    ids = [i for i in reference if not group or group in item_groups(reference[i])]
+    credits = {}
+    for name in names:
+      system = systems[name]
+      credits[name] = _credits(system, task, metric, ids)
+      reported = system["metrics"][task][metric]
+      if not math.isclose(credits[name].mean(), reported["value"], rel_tol=0, abs_tol=VALUE_TOLERANCE):
+        raise ComparisonError(f"{name}: {task} {metric} recomputed from predictions.jsonl is "
+                              f"{credits[name].mean():.6f}, metrics.json says {reported['value']:.6f}")
+      values.append({"task": task, "metric": metric, "system": name, "items": len(ids),
+                     **{k: reported[k] for k in ("value", "low", "high")}})
+    for i, a in enumerate(names):
+      for b in names[i + 1:]:
+        bootstrap = paired_bootstrap(credits[a], credits[b], num_bootstrap, seed)
+        mcnemar = mcnemar_exact(credits[a], credits[b])
+        differences.append({"task": task, "metric": metric, "a": a, "b": b, "items": len(ids),
+                            "difference": bootstrap["difference"], "low": bootstrap["low"],
+                            "high": bootstrap["high"], "p_bootstrap": bootstrap["p"],
+                            "a_better": mcnemar["a_better"], "b_better": mcnemar["b_better"],
+                            "p_mcnemar": mcnemar["p"]})
+  return values, differences
+
+
+# The numbers as every output shows them: the tests find each JSON number in each file this way.
+def fmt(x: float) -> str:
+  return f"{x:.3f}"
+
+
+def _with_interval(row: Mapping, key: str = "value") -> str:
+  return f"{fmt(row[key])} [{fmt(row['low'])}, {fmt(row['high'])}]"
+
+
+def value_table(result: Mapping) -> tuple[list[str], list[list[str]]]:
+  """(columns, rows): a row per system, a column per task and metric: value [low, high]."""
+  keys = list(dict.fromkeys((v["task"], v["metric"]) for v in result["values"]))
+  cell = {(v["system"], v["task"], v["metric"]): _with_interval(v) for v in result["values"]}
+  columns = ["system"] + [f"{t} {m}" for t, m in keys]
+  return columns, [[s["name"]] + [cell.get((s["name"], t, m), "–") for t, m in keys] for s in result["systems"]]
+
+
+DIFFERENCE_COLUMNS = ["task", "metric", "A", "B", "items", "A - B [95% interval]", "p (paired bootstrap)",
+                      "A better / B better", "p (McNemar exact)"]
+
+
+def difference_rows(result: Mapping) -> list[list[str]]:
+  return [[d["task"], d["metric"], d["a"], d["b"], str(d["items"]), _with_interval(d, "difference"),
+           fmt(d["p_bootstrap"]), f"{d['a_better']} / {d['b_better']}", fmt(d["p_mcnemar"])]
+          for d in result["differences"]]
+
+
+def markdown(result: Mapping) -> str:
+  def table(columns, rows):
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return lines + ["| " + " | ".join(r) + " |" for r in rows]
+  columns, rows = value_table(result)
+  lines = ["## Systems (95% bootstrap intervals)", ""] + table(columns, rows)
+  lines += ["", f"## Paired differences ({result['num_bootstrap']} paired bootstrap resamples, "
+            f"seed {result['seed']})", ""] + table(DIFFERENCE_COLUMNS, difference_rows(result))
+  return "\n".join(lines) + "\n"
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(text: str) -> str:
+  return "".join(_LATEX_SPECIAL.get(c, c) for c in text)
+
+
+def _latex_cell(cell: str) -> str:
+  # Numbers in math mode (a real minus sign); names escaped as text.
+  try:
+    float(cell.split(" ")[0])
+  except ValueError:
+    return latex_escape(cell)
+  return f"${cell}$".replace(" [", r"\ [").replace(" / ", r"\,/\,")
+
+
+def latex(result: Mapping) -> str:
+  def table(caption, columns, rows):
+    header = " & ".join(latex_escape(c) for c in columns) + r" \\"
+    body = [" & ".join(_latex_cell(c) for c in row) + r" \\" for row in rows]
+    return [r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(caption)}}}",
+            r"\begin{tabular}{" + "l" * len(columns) + "}", r"\toprule", header, r"\midrule", *body,
+            r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+  columns, rows = value_table(result)
+  lines = ["% Requires \\usepackage{booktabs}. Written by scripts.compare."]
+  lines += table("Systems: value [95% bootstrap interval]", columns, rows) + [""]
+  lines += table(f"Paired differences ({result['num_bootstrap']} paired bootstrap resamples; "
+                 "McNemar's exact test)", DIFFERENCE_COLUMNS, difference_rows(result))
+  return "\n".join(lines) + "\n"
+
+
+def charts(result: Mapping) -> list[report.BarChart]:
+  """One chart per task and metric, a bar per system with its interval."""
+  by_key: dict[tuple[str, str], list[dict]] = {}
+  for v in result["values"]:
+    by_key.setdefault((v["task"], v["metric"]), []).append(v)
+  return [report.BarChart(f"{task}: {metric}", [v["system"] for v in rows], [v["value"] for v in rows],
+                          [v["low"] for v in rows], [v["high"] for v in rows], ylabel=metric)
+          for (task, metric), rows in by_key.items()]
+
+
+def report_notes(result: Mapping) -> list[str]:
+  notes = [f"{s['name']}: {s['dir']}" for s in result["systems"]]
+  notes.append("Values and intervals as each system's metrics.json reports them (recomputed per item "
+               "from predictions.jsonl: the same values).")
+  notes.append(f"Paired bootstrap: {result['num_bootstrap']} resamples of the items, the same for both "
+               "systems (seed {}); p = 2 x the share of resamples whose difference has the opposite sign, "
+               "capped at 1. McNemar: exact binomial test on the items where one system gets more credit."
+               .format(result["seed"]))
+  if result["not_compared"]:
+    notes.append("Not compared (not accuracy-like, or reported by one system only): " + ", ".join(
+        f"{t} {m}" for t, m in result["not_compared"]))
+  return notes
+
+
+def write_outputs(out: str, result: Mapping) -> str:
+  """Writes comparison.json, .md, .tex and report.html under `out`; returns the report's path."""
+  os.makedirs(out, exist_ok=True)
+  outputs.atomic_write_text(os.path.join(out, "comparison.json"), json.dumps(result, indent=2) + "\n")
+  outputs.atomic_write_text(os.path.join(out, "comparison.md"), markdown(result))
+  outputs.atomic_write_text(os.path.join(out, "comparison.tex"), latex(result))
+  columns, rows = value_table(result)
+  tables = [report.Table("Systems: value [95% bootstrap interval]", columns, rows),
+            report.Table("Paired differences", DIFFERENCE_COLUMNS, difference_rows(result))]
+  return report.write_report(out, title="Comparison of " + ", ".join(s["name"] for s in result["systems"]),
+                             tables=tables, charts=charts(result), notes=report_notes(result))
+
+
+def run(args: flags.FlagValues) -> dict:
+  """Compares the systems the parsed flags `args` name; writes and prints the results."""
+  if not args.out:
+    raise ComparisonError("--out is required")
+  if args.num_bootstrap < 1:
+    raise ComparisonError(f"--num_bootstrap must be positive, got {args.num_bootstrap}")
+  systems = {name: load_system(d) for name, d in parse_systems(args.eval_dirs).items()}
+  check_same_items(systems)
+  chosen, not_compared = metrics_to_compare(systems, args.metric)
+  values, differences = compare(systems, chosen, args.num_bootstrap, args.seed)
+  result = {"systems": [{"name": name, "dir": system["dir"], "provenance": system["provenance"]}
+                        for name, system in systems.items()],
+            "num_bootstrap": args.num_bootstrap, "seed": args.seed, "confidence": CONFIDENCE,
+            "values": values, "differences": differences,
+            "not_compared": [list(key) for key in not_compared]}
+  page = write_outputs(args.out, result)
+  for v in values:
+    print(f"{v['task']:28s} {v['metric']:24s} {v['system']:16s} {_with_interval(v)}")
+  for d in differences:
+    print(f"{d['task']:28s} {d['metric']:24s} {d['a']} - {d['b']}: {_with_interval(d, 'difference')}  "
+          f"p(bootstrap)={fmt(d['p_bootstrap'])}  McNemar {d['a_better']}/{d['b_better']} "
+          f"p={fmt(d['p_mcnemar'])}")
+  print(f"wrote {page} and comparison.json, .md, .tex in {args.out}")
+  return result
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  console.quiet_libraries()
+  try:
+    run(flags.FLAGS)
+  except (ValueError, OSError) as error:  # a user's input (ComparisonError, a bad or missing file)
+    print(f"error: {error}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

@@ -1,0 +1,101 @@
+"""Evaluation during training: eval/<task>/<metric> scalars beside the loss, eval_metrics.jsonl,
+the best checkpoint by BEST_METRIC across a restart, and the settings refused before training."""
+import json
+
+import jax
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.util import tensor_util
+
+import t5_tasks  # pylint: disable=unused-import  # registers the tasks
+from runner import checkpoints
+from runner import train
+from runner import trainer
+from tests.runner.test_train_entry import TINY
+from tests.runner.test_train_entry import numbered_batches
+
+LENGTHS = {"inputs": 64, "targets": 16}
+TASK = "asq_intent_cloze"  # 12 test items; no validation split
+BEST = f"{TASK}/accuracy"
+
+
+def _train(model_dir, steps, **overrides):
+  """test_train_entry's model and batches (its compiled step comes from the cache; a seqio
+  training pipeline would cost more than the run), evaluated on TASK's test split."""
+  kwargs = dict(model_config=TINY, batch_source=numbered_batches, eval_mixture_or_task_name=TASK,
+                task_feature_lengths=LENGTHS, train_steps=steps, batch_size=4, model_dir=str(model_dir),
+                log_every=1000, checkpoint_every=2, optimizer=trainer.make_optimizer(learning_rate=1e-2),
+                eval_every=2, eval_split="test", best_metric=BEST, best_mode="max")
+  return train.train(**{**kwargs, **overrides})
+
+
+def _lines(model_dir):
+  return [json.loads(line) for line in (model_dir / train.EVAL_METRICS_FILE).read_text().splitlines()]
+
+
+def _best_step(model_dir):
+  return checkpoints.recorded_best(checkpoints.best_checkpoint_manager(str(model_dir), "max"))[0]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  """A 6-step run evaluating every 2 steps, stopped after step 4 and resumed; then started again
+  with nothing left to train, after a crash left a later evaluation and a cut line in its file."""
+  model_dir = tmp_path_factory.mktemp("run")
+  _train(model_dir, 4)
+  best_after_4 = _best_step(model_dir)
+  _train(model_dir, 6)
+  lines = _lines(model_dir)
+  with open(model_dir / train.EVAL_METRICS_FILE, "a", encoding="utf-8") as f:
+    f.write(json.dumps({"step": 8, "metrics": {BEST: 1.0}}) + "\n" + '{"step": 10, "metr')
+  _train(model_dir, 6)
+  return model_dir, best_after_4, lines
+
+
+def test_eval_scalars_are_in_tensorboard_at_each_evaluation_with_the_jsonl_values(run):
+  model_dir, _, lines = run
+  assert [line["step"] for line in lines] == [2, 4, 6]
+  assert BEST in lines[0]["metrics"] and 0 <= lines[0]["metrics"][BEST] <= 1
+  events = event_accumulator.EventAccumulator(str(model_dir / "train"))
+  events.Reload()
+  for name in lines[0]["metrics"]:
+    # clu writes TF2 summaries: a scalar is a tensor of the scalars plugin
+    scalars = {event.step: tensor_util.make_ndarray(event.tensor_proto).item()
+               for event in events.Tensors(f"eval/{name}")}
+    assert scalars == pytest.approx({line["step"]: line["metrics"][name] for line in lines},
+                                    rel=1e-6), name  # TensorBoard keeps float32
+  assert "loss" in events.Tags()["tensors"]  # beside the training curves
+
+
+def test_the_best_checkpoint_is_the_best_evaluated_step_and_survives_the_restart(run):
+  model_dir, best_after_4, lines = run
+  values = [line["metrics"][BEST] for line in lines]
+  best = lines[int(np.argmax(values))]["step"]  # the first of equal values: a tie keeps the earlier
+  assert _best_step(model_dir) == best == lines[-1]["best"]["step"]
+  assert lines[-1]["best"]["value"] == max(values)
+  assert best_after_4 == lines[int(np.argmax(values[:2]))]["step"]
+  assert sorted(p.name for p in (model_dir / checkpoints.BEST_SUBDIR).iterdir() if p.name.isdigit()) == [str(best)]
+  best_params = checkpoints.load_params(str(model_dir / checkpoints.BEST_SUBDIR), TINY)[1]
+  step_params = checkpoints.load_params(str(model_dir / "checkpoints" / str(best)), TINY)[1]
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(best_params), jax.device_get(step_params))
+
+
+def test_a_restart_drops_evaluations_past_its_checkpoint_and_adds_none(run):
+  model_dir, _, lines = run
+  assert _lines(model_dir) == lines  # the later step and the cut line gone; step 6 not evaluated again
+
+
+@pytest.mark.parametrize("overrides, message", [
+    # The training mixture is the eval mixture unless one is named.
+    (dict(best_metric="asq_intent_clozee/accuracy"),
+     r"BEST_METRIC 'asq_intent_clozee/accuracy': 'asq_intent_clozee' is no task or group the "
+     r"evaluation of 'asq_intent_cloze' reports \(it reports asq_intent_cloze\)"),
+    (dict(eval_split="validation"),
+     r"EVAL_SPLIT 'validation' is not a split of asq_intent_cloze \(it has train, test\)"),
+])
+def test_settings_evaluation_cannot_use_stop_the_run_before_the_model_dir_exists(tmp_path, overrides, message):
+  with pytest.raises(ValueError, match=message):
+    _train(tmp_path / "run", 6, batch_source=None, mixture_or_task_name=TASK,
+           eval_mixture_or_task_name=None, **overrides)
+  assert not (tmp_path / "run").exists()

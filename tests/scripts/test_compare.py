@@ -1,0 +1,242 @@
+"""scripts.compare: paired bootstrap and McNemar checked against direct computations, and the command
+end to end on the quickstart baselines (TimeDial overlap, ASQ similarity, summary length) against
+the same baselines with their scores reversed.
+"""
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+from absl import flags
+import gin
+import numpy as np
+import pytest
+
+from runner import outputs
+from scripts import compare
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DATA = ROOT / "t5_tasks" / "data"
+BASELINES = {  # the baselines' command lines (README, scripts/run_baseline.py), in-process here
+    "timedial_cloze_full": ["--baseline=timedial_overlap", f"--eval_file={DATA / 'timedial_test.json'}"],
+    "asq_intent_cloze": ["--baseline=asq_similarity", f"--train_file={DATA / 'asq_train.json'}",
+                         f"--eval_file={DATA / 'asq_test.json'}"],
+    "summarize_feedback_preference": ["--baseline=length", "--eval_format=summarize_feedback",
+                                      f"--eval_file={DATA / 'summarize_comparisons.jsonl'}"],
+}
+
+
+def _fmt(x: float) -> str:
+  return f"{x:.3f}"
+
+
+# --- 1. The tests against independent computations. ---
+
+def _mcnemar_by_hand(b: int, c: int) -> float:
+  """Exact two-sided McNemar p: twice the smaller binomial tail of the discordant pairs."""
+  n = b + c
+  return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2 ** n)
+
+
+def _bootstrap_by_hand(a, b, num_bootstrap, seed):
+  """One resample at a time, item by item: the paired bootstrap as its definition reads."""
+  rng = np.random.default_rng(seed)
+  differences = []
+  for _ in range(num_bootstrap):
+    picked = [int(rng.integers(0, len(a))) for _ in range(len(a))]
+    differences.append(sum(a[i] - b[i] for i in picked) / len(a))
+  observed = sum(a) / len(a) - sum(b) / len(b)
+  opposite = sum(1 for d in differences if d * observed < 0)
+  return observed, np.percentile(differences, [2.5, 97.5]), min(1.0, 2 * opposite / num_bootstrap)
+
+
+def test_mcnemar_and_paired_bootstrap_match_direct_computations():
+  # 20 items: both right on 8, both wrong on 3, only A right on 7, only B right on 2.
+  a = [1] * 8 + [0] * 3 + [1] * 7 + [0] * 2
+  b = [1] * 8 + [0] * 3 + [0] * 7 + [1] * 2
+  test = compare.mcnemar_exact(a, b)
+  assert (test["a_better"], test["b_better"]) == (7, 2)
+  assert test["p"] == pytest.approx(_mcnemar_by_hand(7, 2), rel=1e-12)
+  assert compare.mcnemar_exact(b, a)["p"] == pytest.approx(test["p"], rel=1e-12)
+
+  result = compare.paired_bootstrap(a, b, num_bootstrap=500, seed=3)
+  observed, (low, high), p = _bootstrap_by_hand(a, b, 500, 3)
+  assert result["difference"] == pytest.approx(np.mean(a) - np.mean(b)) == pytest.approx(observed)
+  assert (result["low"], result["high"]) == pytest.approx((low, high))
+  assert result["p"] == pytest.approx(p)
+  assert 0 < result["p"] < 1 and low < result["difference"] < high
+
+
+def test_identical_systems_differ_by_nothing_and_a_dominant_one_is_significant():
+  a = [1, 0, 0.5, 1, 0] * 4
+  same = compare.paired_bootstrap(a, a, num_bootstrap=200, seed=0)
+  assert (same["difference"], same["low"], same["high"], same["p"]) == (0, 0, 0, 1)
+  assert compare.mcnemar_exact(a, a) == {"a_better": 0, "b_better": 0, "p": 1.0}
+
+  swapped = compare.paired_bootstrap([1 / 3, 2 / 3, 0, 1], [2 / 3, 1 / 3, 1, 0], num_bootstrap=200, seed=0)
+  assert (swapped["difference"], swapped["p"]) == (0, 1)  # equal means, different items
+
+  right, wrong = [1] * 20, [0] * 20
+  dominant = compare.paired_bootstrap(right, wrong, num_bootstrap=200, seed=0)
+  assert (dominant["difference"], dominant["p"]) == (1, 0)
+  assert compare.mcnemar_exact(right, wrong)["p"] == pytest.approx(2 / 2 ** 20)
+  # A tie's half credit (t5_tasks.metrics) counts for the system with more credit.
+  assert compare.mcnemar_exact([0.5, 1, 0], [0, 0.5, 0])["a_better"] == 2
+
+
+def test_pairwise_credit_is_pairwise_accuracy_per_item():
+  from t5_tasks import metrics  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  scores = rng.integers(0, 3, size=(40, 2)).astype(float)  # many ties
+  gold = [[1, 0] if g else [0, 1] for g in rng.integers(0, 2, size=40)]
+  credit = [compare.pairwise_credit(s, y) for s, y in zip(scores, gold)]
+  good = [s[y.index(1)] for s, y in zip(scores, gold)]
+  bad = [s[y.index(0)] for s, y in zip(scores, gold)]
+  assert np.mean(credit) == pytest.approx(metrics.pairwise_accuracy(good, bad, num_bootstrap=10).value)
+  assert sorted(set(credit)) == [0, 0.5, 1]
+
+
+# --- 2. End to end. ---
+
+def _run_baseline(args, out: pathlib.Path) -> None:
+  from scripts import run_baseline  # pylint: disable=g-import-not-at-top  (registers the tasks)
+  gin.clear_config()
+  fv = flags.FlagValues()
+  run_baseline.define_flags(fv)
+  fv(["run_baseline", *args, f"--out={out}"])
+  try:
+    run_baseline.run(fv)
+  finally:
+    gin.clear_config()
+
+
+def _write_system(directory: pathlib.Path, records, metrics) -> str:
+  outputs.write_predictions(str(directory), records)
+  outputs.write_metrics(str(directory), metrics)
+  return str(directory)
+
+
+def _records(directory) -> list[dict]:
+  return outputs.read_predictions(str(pathlib.Path(directory) / outputs.PREDICTIONS_FILE))
+
+
+def _credit(scores, gold) -> float:
+  """Top-1 credit with ties broken at random: the share of the best-scored candidates that are correct."""
+  best = [i for i, s in enumerate(scores) if s == max(scores)]
+  return sum(gold[i] for i in best) / len(best)
+
+
+def _reversed(records):
+  """Another system on the same items: every score negated (its best candidate becomes its worst)."""
+  return [{**r, "scores": [-s for s in r["scores"]], "prediction": int(np.argmin(r["scores"]))}
+          for r in records]
+
+
+@pytest.fixture(scope="module")
+def systems(tmp_path_factory):
+  """{name: evaluation directory}: the three baselines as one system, the same reversed, and a copy."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  from runner import evaluate  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp("compare")
+  records, metrics = [], {}
+  for task, args in BASELINES.items():
+    _run_baseline(args, root / task)
+    records += _records(root / task)
+    metrics.update(outputs.read_metrics(str(root / task)))
+  flipped = _reversed(records)
+  flipped_metrics = {task: evaluate.task_metrics(seqio.get_mixture_or_task(task),
+                                                 [r for r in flipped if r["task"] == task])
+                     for task in BASELINES}
+  return {"baseline": _write_system(root / "baseline", records, metrics),
+          "reversed": _write_system(root / "reversed", flipped, flipped_metrics),
+          "copy": _write_system(root / "copy", records, metrics)}
+
+
+def _command(systems, out, *args):
+  spec = ",".join(f"{name}={directory}" for name, directory in systems.items())
+  return subprocess.run([sys.executable, "-m", "scripts.compare", f"--eval_dirs={spec}", f"--out={out}",
+                         *args],
+                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_compare_command_reports_the_same_numbers_everywhere(systems, tmp_path):
+  result = _command(systems, tmp_path, "--num_bootstrap=500")
+  assert result.returncode == 0, result.stderr
+  assert not result.stderr.strip()  # the project's own lines only
+  comparison = json.loads((tmp_path / "comparison.json").read_text())
+  values = {(v["task"], v["metric"], v["system"]): v for v in comparison["values"]}
+  keys = {(t, m) for t, m, _ in values}
+  assert keys == {("timedial_cloze_full", "accuracy"), ("timedial_cloze_full", "two_best_accuracy"),
+                  ("summarize_feedback_preference", "pairwise_accuracy"), ("asq_intent_cloze", "accuracy"),
+                  *{("asq_intent_cloze", f"accuracy/{g}") for g in ("C+E", "C+C", "C+{C,I}", "L+{U,I}")}}
+  assert ["timedial_cloze_full", "error_rate/Rule 1"] in comparison["not_compared"]
+  for name, directory in systems.items():
+    for (task, metric), entry in ((k, outputs.read_metrics(directory)[k[0]][k[1]]) for k in keys):
+      assert {k: values[(task, metric, name)][k] for k in entry} == entry
+
+  differences = {(d["task"], d["metric"], d["a"], d["b"]): d for d in comparison["differences"]}
+  assert len(differences) == 3 * len(keys)
+  for task, metric in keys:
+    flipped = differences[(task, metric, "baseline", "reversed")]
+    assert flipped["difference"] == pytest.approx(values[(task, metric, "baseline")]["value"]
+                                                  - values[(task, metric, "reversed")]["value"])
+    assert flipped["low"] <= flipped["difference"] <= flipped["high"]
+    same = differences[(task, metric, "baseline", "copy")]
+    assert (same["difference"], same["p_bootstrap"], same["a_better"], same["p_mcnemar"]) == (0, 1, 0, 1)
+  # McNemar's discordant items, by hand: top-1 credit with ties broken at random.
+  credit = {name: [_credit(r["scores"], r["gold"]) for r in _records(directory)
+                   if r["task"] == "timedial_cloze_full"] for name, directory in systems.items()}
+  timedial = differences[("timedial_cloze_full", "accuracy", "baseline", "reversed")]
+  pairs = list(zip(credit["baseline"], credit["reversed"]))
+  assert timedial["a_better"] == sum(a > b for a, b in pairs)
+  assert timedial["b_better"] == sum(b > a for a, b in pairs)
+  assert timedial["a_better"] + timedial["b_better"] > 0
+
+  md, tex = (tmp_path / "comparison.md").read_text(), (tmp_path / "comparison.tex").read_text()
+  page = (tmp_path / "report.html").read_text()
+  for v in comparison["values"]:
+    cell = f"{_fmt(v['value'])} [{_fmt(v['low'])}, {_fmt(v['high'])}]"
+    assert cell in md and cell in page and cell.replace(" [", r"\ [") in tex
+  for d in comparison["differences"]:
+    cell = f"{_fmt(d['difference'])} [{_fmt(d['low'])}, {_fmt(d['high'])}]"
+    row = [d["task"], d["metric"], d["a"], d["b"], str(d["items"]), cell, _fmt(d["p_bootstrap"]),
+           f"{d['a_better']} / {d['b_better']}", _fmt(d["p_mcnemar"])]
+    assert "| " + " | ".join(row) + " |" in md
+    assert cell in page and cell.replace(" [", r"\ [") in tex and f"${_fmt(d['p_mcnemar'])}$" in tex
+  assert r"\toprule" in tex and r"\bottomrule" in tex and r"asq\_intent\_cloze" in tex
+  assert len(list(tmp_path.glob("plot_*.png"))) == len(keys)
+  assert "asq_intent_cloze: accuracy/C+E" in page
+
+
+def test_different_items_exit_1_naming_the_task(systems, tmp_path):
+  records = _records(systems["baseline"])
+  fewer = [r for r in records if (r["task"], r["id"]) != ("timedial_cloze_full", "3")]
+  metrics = outputs.read_metrics(systems["baseline"])
+  shorter = {"baseline": systems["baseline"], "fewer": _write_system(tmp_path / "fewer", fewer, metrics)}
+  result = _command(shorter, tmp_path / "out")
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines() == [
+      "error: task timedial_cloze_full: baseline and fewer scored different items: only baseline has 3"]
+  assert not (tmp_path / "out").exists()
+
+  regold = [{**r, "gold": r["gold"][::-1]} if r["id"] == "qs_te02" else r for r in records]
+  loaded = {"baseline": compare.load_system(systems["baseline"]),
+            "regold": compare.load_system(_write_system(tmp_path / "regold", regold, metrics))}
+  with pytest.raises(compare.ComparisonError,
+                     match=r"task asq_intent_cloze: .* gold labels for items qs_te02$"):
+    compare.check_same_items(loaded)
+
+
+def test_predictions_that_disagree_with_their_metrics_are_refused(systems, tmp_path):
+  metrics = outputs.read_metrics(systems["baseline"])
+  metrics["asq_intent_cloze"]["accuracy"] = outputs.interval(0.5, 0.25, 0.75)
+  records = _records(systems["baseline"])
+  fv = flags.FlagValues()
+  compare.define_flags(fv)
+  fv(["compare", f"--eval_dirs=baseline={systems['baseline']},edited="
+      f"{_write_system(tmp_path / 'edited', records, metrics)}", f"--out={tmp_path / 'out'}",
+      "--metric=accuracy"])
+  with pytest.raises(compare.ComparisonError, match=r"edited: asq_intent_cloze accuracy recomputed .* "
+                     r"metrics.json says 0.500000"):
+    compare.run(fv)
