@@ -37,7 +37,13 @@ lock:
 
 # loadfile: each module runs on one worker, so its module fixtures (trained runs, the README's
 # workspace) are built once. (xdist_group marks are ignored under pytest 9 with xdist 3.8.)
+# The demo report's browser check renders it in headless Chromium: installed here when absent and
+# apt-get can (as root), else that check is skipped, saying why.
+CHROMIUM := $(shell command -v chromium 2>/dev/null)
 test: $(STAMP)
+ifeq ($(CHROMIUM),)
+	-[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq chromium >/dev/null || echo "chromium not installed: the report's browser check will be skipped"
+endif
 	$(PY) -m pytest -q -n 2 --dist loadfile tests
 
 # Trains the tiny model on the quickstart mixture, evaluates it offline, prints where the report is.

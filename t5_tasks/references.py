@@ -12,6 +12,8 @@ a number, they are not targets it must reproduce.
 """
 from typing import Iterable
 
+from t5_tasks.sources import heap
+
 Reference = tuple[str, str, float, str]  # (metric, label, value, source)
 
 TFDS_SUFFIX = "_tfds"  # a task's TFDS twin reads the same items (t5_tasks.tasks)
@@ -67,11 +69,6 @@ HEAP_TABLE_2_ACCURACY = {
 }
 
 
-def heap_task_name(abbreviation: str) -> str:
-  """As t5_tasks.sources.heap.task_name, without importing the readers."""
-  return f"heap_{abbreviation.lower()}"
-
-
 def _heap(abbreviation: str) -> tuple[Reference, ...]:
   base, single = HEAP_TABLE_2_ACCURACY[abbreviation]
   row = f"HEAP Table 2, row '{abbreviation}'"
@@ -79,8 +76,8 @@ def _heap(abbreviation: str) -> tuple[Reference, ...]:
       # One output of a pair is better: a random choice is right half the time (HEAP's results
       # call the base model's 50.58% average "akin to a random baseline").
       ("pairwise_accuracy", "chance", 0.5, "derived: one of two outputs"),
-      ("pairwise_accuracy", "T5 base, no fine-tuning", base / 100, f"{row}, column Accuracy Base"),
-      ("pairwise_accuracy", "single-task", single / 100, f"{row}, column Accuracy Single-task"),
+      ("pairwise_accuracy", "BART-base, no fine-tuning", base / 100, f"{row}, column Accuracy Base"),
+      ("pairwise_accuracy", "BART-base single-task", single / 100, f"{row}, column Accuracy Single-task"),
   )
 
 
@@ -103,7 +100,7 @@ REFERENCES: dict[str, tuple[Reference, ...]] = {
     "timedial_cloze_target": TIMEDIAL_CHANCE,
     "asq_intent_cloze": ASQ,
     "summarize_feedback_preference": SUMMARIZE_FEEDBACK,
-    **{heap_task_name(a): _heap(a) for a in HEAP_TABLE_2_ACCURACY},
+    **{heap.task_name(a): _heap(a) for a in HEAP_TABLE_2_ACCURACY},
 }
 
 
