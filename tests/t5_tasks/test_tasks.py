@@ -31,7 +31,7 @@ def write_heap_fixtures(folder) -> dict:
   """Tiny defeasible, CommonGen and story-rewriting files; returns the data_files binding."""
   defeasible = folder / "def_inf.jsonl"
   with open(defeasible, "w") as f:
-    for premise in ("A man is jogging in a park.", "A girl is baking a cake."):
+    for premise in ("A man is jogging in a park.", "A girl is baking a cake.", "A boy reads a book."):
       for label in ("attenuator", "intensifier"):
         for update, ratings in ((f"Update one for {label}.", [2, 1, 1]),
                                 (f"Update two for {label}.", [-1, -2, 0])):
@@ -146,7 +146,9 @@ def test_every_family_is_registered():
 def test_every_task_yields_formatted_examples(name, heap_files):
   task = seqio.get_mixture_or_task(name)
   total = 0
-  for split in task.splits:
+  # A HEAP criterion's three splits are one list of comparisons cut by `heap.split_comparisons`
+  # (tested in test_sources_heap.py); its test split shows the format.
+  for split in ("test",) if name.startswith("heap_") else task.splits:
     examples = task_examples(name, split)
     total += len(examples)
     for ex in examples:
