@@ -195,8 +195,35 @@ def _credits(system: dict, task: str, metric: str, ids: Sequence[str]) -> np.nda
   return item_credit(metric.partition("/")[0], records)
 
 
+DISAGREEMENTS_SHOWN = 5  # items listed per task and pair of systems
+
+
+def _context(record: Mapping) -> str:
+  """The text the item's candidates answer, as predictions.jsonl records it (a model's records
+  hold the input text; a TimeDial baseline's, the conversation)."""
+  if record.get("inputs_pretokenized"):
+    return str(record["inputs_pretokenized"])
+  return "\n".join(record.get("conversation", []))
+
+
+def disagreements(system_a: dict, system_b: dict, task: str, ids: Sequence[str], credit_a, credit_b) -> dict:
+  """The items two systems get different credit on: their count, and the first few (by id) with
+  the context, each candidate, whether it is correct, and both systems' scores."""
+  differ = sorted(i for i, x, y in zip(ids, credit_a, credit_b) if x != y)
+  items = []
+  for i in differ[:DISAGREEMENTS_SHOWN]:
+    a, b = system_a["records"][task][i], system_b["records"][task][i]
+    texts = a.get("candidates_pretokenized") or b.get("candidates_pretokenized") or [
+        f"candidate {j}" for j in range(len(a["scores"]))]
+    items.append({"id": i, "context": _context(a) or _context(b), "candidates": [
+        {"text": str(t), "correct": bool(g), "a_score": sa, "b_score": sb}
+        for t, g, sa, sb in zip(texts, a["gold"], a["scores"], b["scores"])]})
+  return {"count": len(differ), "items": items}
+
+
 def compare(systems: Mapping[str, dict], chosen, num_bootstrap: int, seed: int) -> tuple[list, list]:
-  """(value rows, difference rows) of every chosen (task, metric): see comparison.json."""
+  """(value rows, difference rows) of every chosen (task, metric): see comparison.json. A
+  difference on a whole task's metric (not a group's) also lists the items the two disagree on."""
   values, differences = [], []
   for task, metric in chosen:
     names = [n for n, s in systems.items() if metric in s["metrics"].get(task, {})]
@@ -222,6 +249,9 @@ def compare(systems: Mapping[str, dict], chosen, num_bootstrap: int, seed: int) 
                             "high": bootstrap["high"], "p_bootstrap": bootstrap["p"],
                             "a_better": mcnemar["a_better"], "b_better": mcnemar["b_better"],
                             "p_mcnemar": mcnemar["p"]})
+        if not group:
+          differences[-1]["disagreements"] = disagreements(systems[a], systems[b], task, ids,
+                                                           credits[a], credits[b])
   return values, differences
 
 
@@ -319,6 +349,22 @@ def report_notes(result: Mapping) -> list[str]:
   return notes
 
 
+def disagreement_tables(result: Mapping) -> list[report.Table]:
+  """Per task, metric and pair: the items one system gets right and the other not."""
+  tables = []
+  for d in result["differences"]:
+    found = d.get("disagreements")
+    if not found or not found["count"]:
+      continue
+    rows = [[item["id"], item["context"], c["text"], "yes" if c["correct"] else "", fmt(c["a_score"]),
+             fmt(c["b_score"])] for item in found["items"] for c in item["candidates"]]
+    tables.append(report.Table(
+        f"{d['task']} {d['metric']}: {d['a']} and {d['b']} disagree on {found['count']} items "
+        f"(the first {len(found['items'])} by id)",
+        ["id", "context", "candidate", "correct", f"{d['a']} score", f"{d['b']} score"], rows))
+  return tables
+
+
 def write_outputs(out: str, result: Mapping) -> str:
   """Writes comparison.json, .md, .tex and report.html under `out`; returns the report's path."""
   os.makedirs(out, exist_ok=True)
@@ -328,6 +374,7 @@ def write_outputs(out: str, result: Mapping) -> str:
   columns, rows = value_table(result)
   tables = [report.Table("Systems: value [95% bootstrap interval]", columns, rows),
             report.Table("Paired differences", DIFFERENCE_COLUMNS, difference_rows(result))]
+  tables += disagreement_tables(result)
   return report.write_report(out, title="Comparison of " + ", ".join(s["name"] for s in result["systems"]),
                              tables=tables, charts=charts(result), notes=report_notes(result))
 

@@ -192,6 +192,20 @@ def test_compare_command_reports_the_same_numbers_everywhere(systems, tmp_path):
   assert timedial["a_better"] == sum(a > b for a, b in pairs)
   assert timedial["b_better"] == sum(b > a for a, b in pairs)
   assert timedial["a_better"] + timedial["b_better"] > 0
+  # The items the two disagree on: every discordant item counted, the first ones by id listed with
+  # both systems' scores of every candidate, as each system's predictions.jsonl has them.
+  baseline_records = [r for r in _records(systems["baseline"]) if r["task"] == "timedial_cloze_full"]
+  discordant = sorted(r["id"] for r, (a, b) in zip(baseline_records, pairs) if a != b)
+  found = timedial["disagreements"]
+  assert found["count"] == len(discordant) and [i["id"] for i in found["items"]] == discordant[:compare.DISAGREEMENTS_SHOWN]
+  by_id = {name: {r["id"]: r for r in _records(directory) if r["task"] == "timedial_cloze_full"}
+           for name, directory in systems.items()}
+  for item in found["items"]:
+    assert [c["a_score"] for c in item["candidates"]] == by_id["baseline"][item["id"]]["scores"]
+    assert [c["b_score"] for c in item["candidates"]] == by_id["reversed"][item["id"]]["scores"]
+    assert [c["correct"] for c in item["candidates"]] == [bool(g) for g in by_id["baseline"][item["id"]]["gold"]]
+    assert item["context"]  # the conversation the baseline's records hold
+  assert all("disagreements" not in d for d in comparison["differences"] if "/" in d["metric"])
 
   md, tex = (tmp_path / "comparison.md").read_text(), (tmp_path / "comparison.tex").read_text()
   page = (tmp_path / "report.html").read_text()
@@ -207,6 +221,7 @@ def test_compare_command_reports_the_same_numbers_everywhere(systems, tmp_path):
   assert r"\toprule" in tex and r"\bottomrule" in tex and r"asq\_intent\_cloze" in tex
   assert len(list(tmp_path.glob("plot_*.png"))) == len(keys)
   assert "asq_intent_cloze: accuracy/C+E" in page
+  assert f"baseline and reversed disagree on {found['count']} items" in page
 
 
 def test_different_items_exit_1_naming_the_task(systems, tmp_path):
