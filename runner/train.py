@@ -22,10 +22,10 @@ from models.config import T5Config
 from models.network import init_params
 from runner import checkpoints
 from runner import data
-from runner import evaluate
 from runner import outputs
 from runner import partitioning
 from runner import reward_normalization
+from runner import training_evaluation
 from runner import trainer
 from runner.progress import Progress
 
@@ -39,8 +39,7 @@ class TrainResult:
 
 
 DATA_FILES = "data_files.json"  # MODEL_DIR's record of the files each training task read
-EVAL_METRICS_FILE = "eval_metrics.jsonl"  # one line per evaluation during training
-BEST_MODES = ("max", "min")
+EVAL_METRICS_FILE = training_evaluation.EVAL_METRICS_FILE
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -153,219 +152,6 @@ def _record_data_files(model_dir, name, split) -> None:
   outputs.atomic_write_text(os.path.join(model_dir, DATA_FILES), json.dumps(record, indent=2) + "\n")
 
 
-class _CollectedRecords:
-  """What `evaluate.score_task` writes to, kept in memory: evaluation during training has no
-  predictions file, only the metrics of its records."""
-
-  def __init__(self):
-    self.done: set[tuple[str, str]] = set()
-    self.records: list[dict] = []
-
-  def write(self, record: dict) -> None:
-    self.done.add((record["task"], record["id"]))
-    self.records.append(record)
-
-
-def _flat_metrics(metrics: dict) -> dict[str, float]:
-  """`{task or group: {metric: {"value", ...}}}` -> `{"task/metric": value}`, BEST_METRIC's names."""
-  return {f"{name}/{metric}": entry["value"] for name, by_metric in metrics.items()
-          for metric, entry in by_metric.items()}
-
-
-def _read_eval_lines(path: str) -> tuple[list[dict], bool]:
-  """(the complete lines of eval_metrics.jsonl, whether anything follows them: a last line cut
-  short by a crash)."""
-  if not os.path.exists(path):
-    return [], False
-  with open(path, "rb") as f:
-    raw = f.read()
-  lines, end = [], 0
-  for line in raw.splitlines(keepends=True):
-    try:
-      lines.append(json.loads(line))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-      break
-    if not line.endswith(b"\n"):
-      lines.pop()
-      break
-    end += len(line)
-  return lines, end < len(raw)
-
-
-def _eval_lines_until(path: str, step: int) -> list[dict]:
-  """The evaluations of steps up to `step` (where the run resumes). Later ones, of an attempt
-  that stopped before its checkpoint of them, are dropped from the file (their steps are trained
-  and evaluated again), as is a line cut short."""
-  lines, cut = _read_eval_lines(path)
-  kept = [line for line in lines if line["step"] <= step]
-  if cut or len(kept) < len(lines):
-    outputs.atomic_write_text(path, "".join(json.dumps(line, allow_nan=False) + "\n" for line in kept))
-  return kept
-
-
-def _append_line(path: str, record: dict) -> None:
-  """Appends one whole line in one write (a crash leaves at most a cut last line, dropped on reading)."""
-  with open(path, "a", encoding="utf-8") as f:
-    f.write(json.dumps(record, allow_nan=False) + "\n")
-    f.flush()
-    os.fsync(f.fileno())
-
-
-def _all_tasks(name: str) -> list:
-  import seqio  # pylint: disable=g-import-not-at-top  # runner must import without TensorFlow
-  provider = data.get_provider(name)
-  return list(provider.tasks) if isinstance(provider, seqio.Mixture) else [provider]
-
-
-def _eval_tasks(name: str, split: str) -> list:
-  """The tasks of the eval mixture that evaluation scores (`evaluate.candidate_tasks`); every
-  task of it must have `split`, so that no task drops out of the curves unnoticed."""
-  lacking = [task for task in _all_tasks(name) if split not in task.splits]
-  if lacking:
-    raise ValueError(f"EVAL_SPLIT {split!r} is not a split of "
-                     + "; ".join(f"{task.name} (it has {', '.join(task.splits)})" for task in lacking)
-                     + f": choose a split every task of {name!r} has, or another EVAL_MIXTURE_OR_TASK_NAME")
-  tasks = evaluate.candidate_tasks(name, split)
-  data.require_examples(tasks, split)
-  return tasks
-
-
-def _metric_groups(groups, task_names) -> dict:
-  """{group: [task names]}: `groups` itself, or what it returns for the evaluated task names
-  (scripts.evaluate.heap_metric_groups, which finetune.gin binds)."""
-  if groups is None:
-    return {}
-  return dict(groups(task_names) if callable(groups) else groups)
-
-
-def _check_best_metric(best_metric, best_mode, names, eval_name) -> None:
-  """Stops before training when BEST_METRIC cannot name a metric of the evaluation: its part
-  before the first '/' must be an evaluated task or group (the metric itself is known only once
-  the first evaluation reports it)."""
-  if best_mode not in BEST_MODES:
-    raise ValueError(f"BEST_MODE must be one of {BEST_MODES}, got {best_mode!r}")
-  if not isinstance(best_metric, str) or "/" not in best_metric:
-    raise ValueError(f"BEST_METRIC must be '<task or group>/<metric>' (e.g. 'asq_intent_cloze/accuracy'), "
-                     f"got {best_metric!r}")
-  owner = best_metric.split("/", 1)[0]
-  if owner not in names:
-    raise ValueError(f"BEST_METRIC {best_metric!r}: {owner!r} is no task or group the evaluation of "
-                     f"{eval_name!r} reports (it reports {', '.join(names)})")
-
-
-class _Evaluation:
-  """Evaluation during training: scores the eval split with the current parameters through
-  runner/evaluate.py's scoring, writes `eval/<task>/<metric>` scalars beside the loss, appends a
-  line to MODEL_DIR/eval_metrics.jsonl, prints one line, and keeps the best checkpoint by
-  BEST_METRIC in MODEL_DIR/best (t5x's eval_period and keep-best)."""
-
-  def __init__(self, *, tasks, groups, split, feature_lengths, batch_size, score_fn, mesh, rules,
-               use_cached, model_dir, best_metric, best_mode):
-    self.tasks, self.groups, self.split = tasks, groups, split
-    self.feature_lengths, self.batch_size, self.score_fn = feature_lengths, batch_size, score_fn
-    self.mesh, self.rules, self.use_cached = mesh, rules, use_cached
-    self.best_metric, self.best_mode = best_metric, best_mode
-    self.path = os.path.join(model_dir, EVAL_METRICS_FILE)
-    self.model_dir = model_dir
-    self.evaluated_steps: set[int] = set()
-    self.best = None  # {"step", "value"} of the best checkpoint
-    self.best_manager = None
-
-  def resume(self, step: int) -> None:
-    """Reads what earlier attempts of the run recorded, as of the step it resumes from."""
-    self.evaluated_steps = {line["step"] for line in _eval_lines_until(self.path, step)}
-    if self.best_metric is None:
-      return
-    self.best_manager = checkpoints.best_checkpoint_manager(self.model_dir, self.best_mode)
-    recorded = checkpoints.recorded_best(self.best_manager)
-    if recorded is None:
-      return
-    best_step, record = recorded
-    if (record.get("metric"), record.get("mode")) != (self.best_metric, self.best_mode):
-      raise ValueError(f"{self.best_manager.directory} holds the best checkpoint by {record.get('metric')!r} "
-                       f"({record.get('mode')}), not BEST_METRIC {self.best_metric!r} ({self.best_mode}): "
-                       "use another MODEL_DIR, or move that directory away to select anew")
-    self.best = {"step": best_step, "value": record["value"]}
-    print(f"best checkpoint so far: {self.best_metric} {record['value']:.4f} at step {best_step} in "
-          f"{self.best_manager.directory}", flush=True)
-
-  def metrics(self, params) -> dict[str, float]:
-    """`{"task/metric": value}` of every evaluated task and group, scored with `params`."""
-    collected = _CollectedRecords()
-    for task in self.tasks:
-      evaluate.score_task(task.name, self.split, self.feature_lengths, self.batch_size, self.score_fn,
-                          params, collected, total=task.num_input_examples(self.split), mesh=self.mesh,
-                          rules=self.rules, use_cached=self.use_cached)
-    by_task = {}
-    for record in collected.records:
-      by_task.setdefault(record["task"], []).append(record)
-    metrics = {task.name: evaluate.task_metrics(task, by_task[task.name])
-               for task in self.tasks if task.name in by_task}
-    return _flat_metrics({**metrics, **evaluate.group_metrics(metrics, self.groups)})
-
-  def _improves(self, value: float) -> bool:
-    if self.best is None:
-      return True
-    return value > self.best["value"] if self.best_mode == "max" else value < self.best["value"]
-
-  def _keep_best(self, step, params, metrics) -> None:
-    if self.best_metric not in metrics:
-      raise ValueError(f"BEST_METRIC {self.best_metric!r} is not among the metrics the evaluation at "
-                       f"step {step} reports: {', '.join(sorted(metrics))}")
-    value = metrics[self.best_metric]
-    if self._improves(value):  # a tie keeps the earlier step
-      checkpoints.save_best(self.best_manager, step, params,
-                            {"metric": self.best_metric, "mode": self.best_mode, "value": value})
-      self.best = {"step": step, "value": value}
-
-  def __call__(self, step: int, params, writer) -> dict[str, float]:
-    """Evaluates the parameters of `step`; records and prints the result."""
-    metrics = self.metrics(params)
-    if self.best_metric is not None:
-      self._keep_best(step, params, metrics)
-    if writer is not None:
-      writer.write_scalars(step, {f"eval/{name}": value for name, value in metrics.items()})
-      writer.flush()
-    line = {"step": step, "metrics": metrics}
-    shown = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
-    if self.best is not None:
-      line["best"] = {"metric": self.best_metric, **self.best}
-      shown += f"; best {self.best_metric} {self.best['value']:.4f} at step {self.best['step']}"
-    if jax.process_index() == 0:
-      _append_line(self.path, line)
-      print(f"eval at step {step}: {shown}", flush=True)
-    self.evaluated_steps.add(step)
-    return metrics
-
-
-def _evaluation(*, eval_every, eval_mixture_or_task_name, eval_split, eval_metric_groups, best_metric,
-                best_mode, goal, model_config, task_feature_lengths, batch_size, mesh, rules,
-                use_cached, model_dir) -> _Evaluation | None:
-  """The run's evaluation during training, its settings checked; None when EVAL_EVERY is off."""
-  if not eval_every:
-    if best_metric is not None:
-      raise ValueError(f"BEST_METRIC {best_metric!r} needs evaluation during training: set EVAL_EVERY")
-    return None
-  if not isinstance(eval_every, (int, np.integer)) or isinstance(eval_every, bool) or eval_every < 0:
-    raise ValueError(f"EVAL_EVERY must be a whole number of steps (0 or None: no evaluation), got {eval_every!r}")
-  if eval_mixture_or_task_name is None:
-    raise ValueError("evaluation during training needs EVAL_MIXTURE_OR_TASK_NAME (or MIXTURE_OR_TASK_NAME)")
-  if jax.process_count() > 1:
-    raise ValueError("evaluation during training runs in one process; on several hosts, set EVAL_EVERY = 0 "
-                     "and evaluate the checkpoints with scripts.evaluate")
-  tasks = _eval_tasks(eval_mixture_or_task_name, eval_split)
-  names = [task.name for task in tasks]
-  groups = _metric_groups(eval_metric_groups, names)
-  if best_metric is not None:
-    _check_best_metric(best_metric, best_mode, names + list(groups), eval_mixture_or_task_name)
-  # A reward model's scores are its rewards; any other model's, its likelihoods (as evaluate's SCORER).
-  scorer = "reward" if goal.reward_head else "likelihood"
-  return _Evaluation(tasks=tasks, groups=groups, split=eval_split, feature_lengths=task_feature_lengths,
-                     batch_size=batch_size, score_fn=evaluate.make_score_fn(model_config, scorer, "token",
-                                                                             mesh, rules),
-                     mesh=mesh, rules=rules, use_cached=use_cached, model_dir=model_dir,
-                     best_metric=best_metric, best_mode=best_mode)
-
 def _log_interval(log_every: int, train_steps: int) -> int:
   """Steps between progress lines: LOG_EVERY, or a tenth of a shorter run (a report every 10%)."""
   return max(1, min(log_every, train_steps // 10))
@@ -424,7 +210,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   if compilation_cache_dir:
     jax.config.update("jax_compilation_cache_dir", compilation_cache_dir)
   rules = partitioning.as_rules(logical_axis_rules)
-  evaluation = _evaluation(
+  evaluation = training_evaluation.make(
       eval_every=eval_every, eval_mixture_or_task_name=eval_mixture_or_task_name or mixture_or_task_name,
       eval_split=eval_split, eval_metric_groups=eval_metric_groups, best_metric=best_metric,
       best_mode=best_mode, goal=goal, model_config=model_config, task_feature_lengths=task_feature_lengths,
