@@ -205,7 +205,9 @@ class Encoder(nn.Module):
   def setup(self):
     c = self.config
     self.relpos_bias = RelativePositionBiases(c, bidirectional=True)
-    self.layers = [EncoderLayer(c, name=f"layers_{i}") for i in range(c.num_encoder_layers)]
+    # `deterministic` (argument 3, counting self) is a Python bool: static under remat.
+    layer = nn.remat(EncoderLayer, static_argnums=(3,)) if c.remat else EncoderLayer
+    self.layers = [layer(c, name=f"layers_{i}") for i in range(c.num_encoder_layers)]
     self.encoder_norm = RMSNorm(c)
     self.dropout = nn.Dropout(c.dropout_rate)
 
@@ -266,7 +268,8 @@ class Decoder(nn.Module):
   def setup(self):
     c = self.config
     self.relpos_bias = RelativePositionBiases(c, bidirectional=False)
-    self.layers = [DecoderLayer(c, name=f"layers_{i}") for i in range(c.num_decoder_layers)]
+    layer = nn.remat(DecoderLayer, static_argnums=(5,)) if c.remat else DecoderLayer
+    self.layers = [layer(c, name=f"layers_{i}") for i in range(c.num_decoder_layers)]
     self.decoder_norm = RMSNorm(c)
     self.dropout = nn.Dropout(c.dropout_rate)
     if not c.logits_via_embedding:

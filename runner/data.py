@@ -4,8 +4,14 @@ Training order is seqio's own deterministic pipeline: the task (or mixture) is s
 `seed` and repeated, then batched; resuming at step n skips the first n batches of that same
 stream (`tf.data.Dataset.skip`), so a restarted run sees exactly the batches the uninterrupted
 one would have. Skipping re-reads the skipped examples (seconds for the project's datasets; a
-cached task, USE_CACHED_TASKS, makes it cheaper). Each host reads only its shard
-(`seqio.ShardInfo(jax.process_index(), jax.process_count())`).
+cached task, USE_CACHED_TASKS, makes it cheaper).
+
+With several processes, every host reads that same global stream and keeps its own rows of each
+batch (`host_rows`): the batches do not depend on the process count, so 2 processes x 2 devices
+train exactly as 1 x 4 do, and a run resumes on another number of hosts with the batches it would
+have read. seqio's `ShardInfo` would read disjoint files instead, at the price of an order that
+changes with the host count; every host preprocessing every example is cheap at these datasets'
+sizes (thousands of examples, not C4).
 
 Token-CE batches use seqio's `EncDecFeatureConverter` without packing (the network has no
 segment ids, so packed rows would attend across examples). Cloze and preference items become
@@ -27,11 +33,11 @@ from runner import partitioning
 TOKEN_FEATURES = ("inputs", "targets", "candidates", "candidate_labels")
 
 
-def _shard_info():
-  import seqio  # pylint: disable=g-import-not-at-top
-  if jax.process_count() == 1:
-    return None
-  return seqio.ShardInfo(index=jax.process_index(), num_shards=jax.process_count())
+def host_rows(batch_size: int) -> slice:
+  """This process's rows of a global batch: the processes' blocks in order, as
+  `jax.make_array_from_process_local_data` puts them along the data axis."""
+  rows = partitioning.host_batch_size(batch_size)
+  return slice(jax.process_index() * rows, (jax.process_index() + 1) * rows)
 
 
 def _rows(value) -> list[np.ndarray]:
@@ -205,26 +211,28 @@ def train_batches(mixture_or_task_name: str, feature_lengths: Mapping[str, int],
   """Endless training batches of this host's rows, from batch number `start_step` on.
 
   Token batches hold `input_ids` [B, L] and `target_ids` [B, T]; with `candidates` (reward
-  objectives) they are candidate arrays. `batch_size` is global; each host yields
-  batch_size / process_count rows.
+  objectives) they are candidate arrays. `batch_size` is global; each host yields its
+  batch_size / process_count rows of each global batch (`host_rows`).
   """
   import seqio  # pylint: disable=g-import-not-at-top
-  rows = partitioning.host_batch_size(batch_size)
+  mine = host_rows(batch_size)
   if not candidates:
     dataset = seqio.get_dataset(
         mixture_or_task_name, dict(feature_lengths), seqio.EncDecFeatureConverter(pack=False),
-        dataset_split=split, use_cached=use_cached, shuffle=True, num_epochs=None,
-        shard_info=_shard_info(), seed=seed, verbose=False)
-    dataset = dataset.batch(rows, drop_remainder=True).skip(start_step)
+        dataset_split=split, use_cached=use_cached, shuffle=True, num_epochs=None, seed=seed,
+        verbose=False)
+    dataset = dataset.batch(batch_size, drop_remainder=True).skip(start_step)
     for batch in dataset.as_numpy_iterator():
-      yield {"input_ids": batch["encoder_input_tokens"], "target_ids": batch["decoder_target_tokens"]}
+      yield {"input_ids": batch["encoder_input_tokens"][mine], "target_ids": batch["decoder_target_tokens"][mine]}
     return
   provider = get_provider(mixture_or_task_name)
   dataset = provider.get_dataset(dict(feature_lengths), split, use_cached=use_cached, shuffle=True,
-                                 seed=seed, shard_info=_shard_info(), num_epochs=None)
-  dataset = dataset.skip(start_step * rows)
-  for chunk in _chunks(dataset.as_numpy_iterator(), rows):
-    yield candidate_arrays(chunk, *_lengths(feature_lengths))
+                                 seed=seed, num_epochs=None)
+  dataset = dataset.skip(start_step * batch_size)
+  for chunk in _chunks(dataset.as_numpy_iterator(), batch_size):
+    # K from the whole global batch: every host's rows must have one shape to form a global array.
+    most = max(len(_rows(example["candidates"])) for example in chunk)
+    yield candidate_arrays(chunk[mine], *_lengths(feature_lengths), num_candidates=most)
 
 
 def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, int], batch_size: int, *,

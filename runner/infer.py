@@ -12,17 +12,18 @@ from a JSON lines file of situations (`title`, `selftext`, `subreddit`, optional
 scripts layer (runner cannot import t5_tasks): `scripts.generate.situation_formatter` wraps the
 advice task's own formatting, so served and evaluated inputs look alike.
 """
-import contextlib
 import json
 from typing import Callable, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from models import decoding
 from models import reward as reward_lib
 from models.config import T5Config
 from runner import checkpoints
+from runner import data
 from runner import outputs
 from runner import partitioning
 from runner.progress import Progress
@@ -49,40 +50,45 @@ def decode_tokens(vocabulary, tokens: np.ndarray) -> str:
 
 
 def generate(config: T5Config, params, vocabulary, input_ids: np.ndarray, rng, *, max_length: int,
-             batch_size: int, num_samples: int = 1, top_p: float = 0.95, temperature: float = 1.0,
-             reward_model: tuple[T5Config, dict] | None = None, mesh=None,
-             rules=partitioning.STANDARD_LOGICAL_AXIS_RULES,
+             batch_size: int, mesh, rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, num_samples: int = 1,
+             top_p: float = 0.95, temperature: float = 1.0, reward_model: tuple[T5Config, dict] | None = None,
              should_stop: Callable[[], bool] = lambda: False) -> list[dict]:
   """Per row of input_ids [N, L]: `predictions` (num_samples texts), sampled in batches of batch_size.
 
   With `reward_model` (config, params) the row also gets `rewards` (one per sample), `best` (the
   index of the highest) and `kl` (of best-of-N from the sampling policy). The last batch is
   padded to batch_size (one compiled shape); batch i samples with fold_in(rng, i), so the output
-  depends only on rng and the rows' order. Sampling runs inside `mesh` and the rules when given.
-  `should_stop()` is asked before each batch; when it says so, the rows sampled so far are returned.
+  depends only on rng and the rows' order. Sampling runs on `mesh` inside the rules. With several
+  processes every one passes the same input_ids, feeds its own rows of each batch
+  (`data.host_rows`) and gets every row back. `should_stop()` is asked before each batch; when it
+  says so, the rows sampled so far are returned.
   """
   rows_out = []
   progress = Progress("generated", len(input_ids), "inputs")
-  mesh_context = partitioning.activate(mesh, rules) if mesh is not None else contextlib.nullcontext()
-  with mesh_context:
+  mine = data.host_rows(batch_size)
+  options = dict(max_length=max_length, top_p=top_p, temperature=temperature, eos_id=vocabulary.eos_id)
+  with partitioning.activate(mesh, rules):
     for index, first in enumerate(range(0, len(input_ids), batch_size)):
       if should_stop():
         break
       rows = input_ids[first:first + batch_size]
       padded = np.zeros((batch_size, input_ids.shape[1]), np.int32)
       padded[:len(rows)] = rows
-      key = jax.random.fold_in(rng, index)
-      options = dict(max_length=max_length, top_p=top_p, temperature=temperature, eos_id=vocabulary.eos_id)
+      batch = partitioning.global_batch({"input_ids": padded[mine]}, mesh, rules)["input_ids"]
+      # numpy: the same value on every process, which jit replicates over the mesh.
+      key = np.asarray(jax.random.fold_in(rng, index))
       if reward_model is None:
-        out = {"samples": decoding.sample(config, params, padded, key, num_samples=num_samples, **options)}
+        out = {"samples": decoding.sample(config, params, batch, key, num_samples=num_samples, **options)}
       else:
-        out = decoding.best_of_n(config, params, *reward_model, padded, key, n=num_samples, **options)
-      out = jax.device_get(out)
+        chosen = decoding.best_of_n(config, params, *reward_model, batch, key, n=num_samples, **options)
+        out = {name: chosen[name] for name in ("samples", "rewards", "best")}
+      # Every process gets the whole batch: the rows other processes fed live on their devices.
+      out = multihost_utils.process_allgather(out, tiled=True)
       for row in range(len(rows)):
         record = {"predictions": [decode_tokens(vocabulary, sample) for sample in out["samples"][row]]}
         if reward_model is not None:
           record.update(rewards=[float(r) for r in out["rewards"][row]], best=int(out["best"][row]),
-                        kl=float(out["kl"]))
+                        kl=decoding.best_of_n_kl(num_samples))
         rows_out.append(record)
       progress.advance(len(rows), int(np.count_nonzero(rows)))
       # The first batch's line shows that sampling runs (and what compiling cost), then every 10 s.
@@ -115,9 +121,16 @@ def read_situations(path: str) -> list[dict]:
   return situations
 
 
-def _load(checkpoint_path, model_config, reward_checkpoint_path, mesh_shape, rules):
-  """(mesh, (config, params), reward model or None) on a mesh of this host's devices."""
-  mesh = partitioning.create_mesh(*mesh_shape, devices=jax.local_devices())
+def _load(checkpoint_path, model_config, reward_checkpoint_path, mesh_shape, rules, batch_size):
+  """(mesh, (config, params), reward model or None) on a mesh of every process's devices."""
+  mesh = partitioning.create_mesh(*mesh_shape)
+  data_axis = mesh.shape["data"]
+  if batch_size % data_axis:
+    raise ValueError(f"BATCH_SIZE {batch_size} is not divisible by the mesh's data axis ({data_axis})")
+  # Each process feeds its own rows, which must land on its own devices: a block of the data axis.
+  if data_axis % jax.process_count():
+    raise ValueError(f"the mesh's data axis ({data_axis}, MESH_SHAPE {tuple(mesh_shape)}) must be a multiple "
+                     f"of the {jax.process_count()} processes: each feeds its own rows of a batch")
   model = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)
   reward_model = None
   if reward_checkpoint_path:
@@ -158,7 +171,7 @@ def load_generator(checkpoint_path: str, *, format_inputs: Callable[[dict], str]
   """
   rules = partitioning.as_rules(logical_axis_rules)
   mesh, (config, params), reward_model = _load(checkpoint_path, model_config, reward_checkpoint_path,
-                                               mesh_shape, rules)
+                                               mesh_shape, rules, batch_size)
   rng = jax.random.PRNGKey(seed)
   calls = [0]
 
@@ -219,14 +232,21 @@ def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
   `inputs` (the model's input text), `predictions` (num_samples texts) and, for a task,
   `references`. `task_feature_lengths` gives the input length and (`targets`) the longest
   sample. With `reward_checkpoint_path` a line also holds `rewards`, `best` and `kl` (best-of-N
-  over the num_samples). Runs on this host's devices, `mesh_shape` (data, model). Returns the
-  output path; scripts/generate.py calls it through gin (gin/runs/infer.gin).
+  over the num_samples). Runs on the mesh `mesh_shape` (data, model) of every process's devices.
+  Returns the output path; scripts/generate.py calls it through gin (gin/runs/infer.gin).
+
+  With several processes (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID, as
+  scripts/launch_local.py sets them; `partitioning.initialize_distributed`), every process reads
+  the same inputs in the same order and feeds its own rows of each batch; the outputs are gathered
+  and process 0 alone writes the file, the one a single process writes.
 
   The file is written whole (atomically) when sampling ends. On SIGINT or SIGTERM sampling stops
   after the batch in progress, the lines of the inputs sampled so far are written the same way,
   and `checkpoints.PreemptionGuard.Interrupted` is raised; calling it again starts over (the
-  same seed samples the same texts).
+  same seed samples the same texts). With several processes none handles the signals (each would
+  stop at its own batch while the others waited for it): they stop where they are.
   """
+  partitioning.initialize_distributed()  # before anything touches a device
   if input_file is not None:
     if format_inputs is None or vocabulary is None:
       raise ValueError("infer: a situations file needs format_inputs and vocabulary "
@@ -240,7 +260,7 @@ def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
     raise ValueError("infer: give a generation task (MIXTURE_OR_TASK_NAME) or an input_file of situations")
   rules = partitioning.as_rules(logical_axis_rules)
   mesh, (config, params), reward_model = _load(checkpoint_path, model_config, reward_checkpoint_path,
-                                               mesh_shape, rules)
+                                               mesh_shape, rules, batch_size)
   print(f"generating for {len(rows)} inputs, {batch_size} per batch, into {output_file}", flush=True)
   with checkpoints.PreemptionGuard(stopping="finishing the batch being sampled, then stopping") as guard:
     records = generate(config, params, vocabulary, input_ids, jax.random.PRNGKey(seed),
@@ -248,7 +268,8 @@ def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
                        num_samples=num_samples, top_p=top_p, temperature=temperature,
                        reward_model=reward_model, mesh=mesh, rules=rules, should_stop=guard.should_stop)
   lines = [json.dumps({**row, **record}, ensure_ascii=False) + "\n" for row, record in zip(rows, records)]
-  outputs.atomic_write_text(output_file, "".join(lines))
+  if jax.process_index() == 0:  # every process holds every line
+    outputs.atomic_write_text(output_file, "".join(lines))
   summary = best_of_n_summary(records)
   if summary is not None:
     print(f"best-of-{summary['n']}: KL {summary['kl']:.6f} nats from the sampling policy "

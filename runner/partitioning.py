@@ -55,6 +55,12 @@ def activate(mesh: Mesh, rules=STANDARD_LOGICAL_AXIS_RULES):
 
 # Variables a launcher sets when several processes make one run (TPU pod, SLURM, Open MPI).
 _MULTI_PROCESS_ENV = ("TPU_WORKER_HOSTNAMES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+# The explicit way to join a run anywhere (a GPU cluster, several processes on one machine:
+# scripts/launch_local.py sets them): the coordinator's host:port, the process count, this index.
+COORDINATOR_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+# Seconds without a heartbeat after which the coordination service declares a process dead and
+# stops every other one (jax's default); a test or a laptop may want it shorter.
+HEARTBEAT_TIMEOUT_ENV = "JAX_HEARTBEAT_TIMEOUT_SECONDS"
 
 
 def looks_multi_host(environ=os.environ) -> bool:
@@ -69,16 +75,44 @@ def looks_multi_host(environ=os.environ) -> bool:
   return False
 
 
-def initialize_distributed(multi_host=None):
+def _explicit_process(environ) -> dict:
+  """jax.distributed.initialize's arguments from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
+  JAX_PROCESS_ID; {} when the address is unset (TPU, SLURM and Open MPI are then detected)."""
+  address, count, index = (environ.get(name, "").strip() for name in COORDINATOR_ENV)
+  if not address:
+    return {}
+  if not count or not index:
+    raise ValueError(f"JAX_COORDINATOR_ADDRESS is {address!r} but JAX_NUM_PROCESSES ({count!r}) and "
+                     f"JAX_PROCESS_ID ({index!r}) must be set too, to whole numbers")
+  try:
+    count, index = int(count), int(index)
+  except ValueError:
+    raise ValueError(f"JAX_NUM_PROCESSES ({count!r}) and JAX_PROCESS_ID ({index!r}) must be whole "
+                     "numbers") from None
+  if not 0 <= index < count:
+    raise ValueError(f"JAX_PROCESS_ID {index} is outside 0..{count - 1} (JAX_NUM_PROCESSES {count})")
+  return {"coordinator_address": address, "num_processes": count, "process_id": index}
+
+
+def initialize_distributed(multi_host=None, environ=os.environ):
   """Joins the processes of a multi-host run; call before anything touches a device.
 
-  `multi_host=None` detects it from the environment; jax.distributed.initialize() then finds the
-  coordinator itself on Cloud TPU, SLURM and Open MPI.
+  `multi_host=None` detects it from the environment. JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES
+  and JAX_PROCESS_ID name the run explicitly; otherwise jax.distributed.initialize() finds the
+  coordinator itself on Cloud TPU, SLURM and Open MPI. On CPU the collectives between processes
+  go over gloo (XLA's CPU client has none of its own).
   """
   if multi_host is None:
-    multi_host = looks_multi_host()
-  if multi_host and not jax.distributed.is_initialized():
-    jax.distributed.initialize()
+    multi_host = looks_multi_host(environ)
+  if not multi_host or jax.distributed.is_initialized():
+    return
+  arguments = _explicit_process(environ)
+  heartbeat = environ.get(HEARTBEAT_TIMEOUT_ENV)
+  if heartbeat:
+    arguments["heartbeat_timeout_seconds"] = int(heartbeat)
+  # Only the CPU client reads it: harmless on TPU and GPU.
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(**arguments)
 
 
 def create_mesh(data=-1, model=1, devices=None) -> Mesh:
@@ -112,10 +146,19 @@ def param_shardings(params, config: T5Config, mesh: Mesh, rules=STANDARD_LOGICAL
   logical = flax.traverse_util.flatten_dict(logical_param_specs(config))
   flat = flax.traverse_util.flatten_dict(params)
   shardings = {}
-  for path in flat:
-    spec = logical.get(path, PartitionSpec())
-    shardings[path] = NamedSharding(mesh, nn.logical_to_mesh_axes(tuple(spec), rules))
+  for path, leaf in flat.items():
+    spec = nn.logical_to_mesh_axes(tuple(logical.get(path, PartitionSpec())), rules)
+    shardings[path] = NamedSharding(mesh, _dividing(spec, leaf.shape, mesh))
   return flax.traverse_util.unflatten_dict(shardings)
+
+
+def _dividing(spec: PartitionSpec, shape, mesh: Mesh) -> PartitionSpec:
+  """`spec` with every dimension that its mesh axes do not divide kept whole: jax splits arrays
+  evenly only, and T5.1.1 small's 6 heads (its relative position biases) do not split 4 ways."""
+  def ways(axes):
+    return int(np.prod([mesh.shape[axis] for axis in ((axes,) if isinstance(axes, str) else axes)]))
+  return PartitionSpec(*(axes if axes is None or shape[dim] % ways(axes) == 0 else None
+                         for dim, axes in enumerate(spec)))
 
 
 def batch_sharding(mesh: Mesh, rules=STANDARD_LOGICAL_AXIS_RULES) -> NamedSharding:

@@ -24,6 +24,7 @@ from runner import checkpoints
 from runner import data
 from runner import outputs
 from runner import partitioning
+from runner import preflight as run_preflight
 from runner import reward_normalization
 from runner import training_evaluation
 from runner import trainer
@@ -116,7 +117,7 @@ def _print_mixture(name, split):
     print(f"training on {name}: " + ", ".join(f"{task} {rate:.1%}" for task, rate in rates), flush=True)
 
 
-def preflight(*, train_steps: int, batch_size: int, accumulation_steps: int, data_axis: int,
+def check_settings(*, train_steps: int, batch_size: int, accumulation_steps: int, data_axis: int,
               model_config: T5Config, vocabulary_size: int | None) -> None:
   """Stops a run that could not train as asked, before anything compiles or MODEL_DIR exists."""
   for name, value in (("TRAIN_STEPS", train_steps), ("BATCH_SIZE", batch_size),
@@ -145,6 +146,21 @@ def preflight(*, train_steps: int, batch_size: int, accumulation_steps: int, dat
                      "model whose vocab_size holds the vocabulary")
 
 
+def _print_preflight(model_config, mesh, *, batch_size, feature_lengths, device_memory_gib, **plan_settings):
+  """Prints what the run is about to do (runner/preflight.py: processes, devices, mesh, batch,
+  memory plan), and each process the rows of every global batch it reads; stops a run whose
+  memory plan does not fit its devices, before anything is allocated."""
+  settings = dict(mesh_shape=(mesh.shape["data"], mesh.shape["model"]), batch_size=batch_size,
+                  feature_lengths=feature_lengths, remat=model_config.remat,
+                  device_memory_gib=device_memory_gib, **plan_settings)
+  if jax.process_index() == 0:
+    print("\n".join(run_preflight.describe_run(model_config, **settings)), flush=True)
+  rows = data.host_rows(batch_size)
+  print(f"data: process {jax.process_index()} of {jax.process_count()} reads rows {rows.start}-{rows.stop - 1} "
+        f"of each global batch of {batch_size}", flush=True)
+  run_preflight.check(model_config, **settings)
+
+
 def _record_data_files(model_dir, name, split) -> None:
   """Writes MODEL_DIR/data_files.json: what each training task read (files, sizes, sha256)."""
   record = {"mixture_or_task_name": name, "split": split,
@@ -167,7 +183,8 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
           vocabulary_size: int | None = None, normalize_reward_task: str | None = None,
           normalize_reward_split: str = "train", eval_every: int | None = None,
           eval_mixture_or_task_name: str | None = None, eval_split: str = "validation",
-          eval_metric_groups=None, best_metric: str | None = None, best_mode: str = "max") -> TrainResult:
+          eval_metric_groups=None, best_metric: str | None = None, best_mode: str = "max",
+          device_memory_gib: float | None = None) -> TrainResult:
   """Trains (or resumes training of) a model in `model_dir` up to `train_steps` steps.
 
   Data comes from the seqio task or mixture, or from `batch_source(start_step)` (an iterator of
@@ -178,7 +195,9 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   `compilation_cache_dir` keeps compiled steps on disk (process-wide), so a restart skips compiling.
   `run_config` (the gin configuration's text) is written to `model_dir/config.gin`, the data
   files each task read to `model_dir/data_files.json`. `vocabulary_size`, when given, is checked
-  against the model's embedding before anything runs.
+  against the model's embedding before anything runs. Every run first prints its preflight
+  (runner/preflight.py) and stops when the memory plan does not fit the devices' memory
+  (`device_memory_gib`, default: what the device reports).
   With `normalize_reward_task` (a reward objective), a run that reaches `train_steps` also writes
   its reward model shifted so that the task's `normalize_reward_split` references score 0 on
   average to `model_dir/normalized` (`runner.reward_normalization`; Stiennon et al. 2020, §3.4);
@@ -202,8 +221,12 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
     raise ValueError("normalize_reward_task runs in one process; on several hosts, run "
                      "scripts.normalize_reward after training")
   mesh = partitioning.create_mesh(*mesh_shape)
-  preflight(train_steps=train_steps, batch_size=batch_size, accumulation_steps=accumulation_steps,
-            data_axis=mesh.shape["data"], model_config=model_config, vocabulary_size=vocabulary_size)
+  check_settings(train_steps=train_steps, batch_size=batch_size, accumulation_steps=accumulation_steps,
+                 data_axis=mesh.shape["data"], model_config=model_config, vocabulary_size=vocabulary_size)
+  optimizer = optimizer or trainer.make_optimizer()
+  _print_preflight(model_config, mesh, batch_size=batch_size, feature_lengths=task_feature_lengths,
+                   optimizer=optimizer, accumulation_steps=accumulation_steps, objective=objective,
+                   rules=logical_axis_rules, device_memory_gib=device_memory_gib)
   if batch_source is None:
     _print_mixture(mixture_or_task_name, split)
     data.require_examples(data.tasks_with_split(mixture_or_task_name, split), split)
@@ -215,7 +238,6 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
       eval_split=eval_split, eval_metric_groups=eval_metric_groups, best_metric=best_metric,
       best_mode=best_mode, goal=goal, model_config=model_config, task_feature_lengths=task_feature_lengths,
       batch_size=batch_size, mesh=mesh, rules=rules, use_cached=use_cached_tasks, model_dir=model_dir)
-  optimizer = optimizer or trainer.make_optimizer()
 
   manager = checkpoints.checkpoint_manager(model_dir, keep_checkpoints)
   if jax.process_index() == 0:  # evaluation and inference read the architecture from here

@@ -20,11 +20,19 @@ The output file is written whole at the end. Ctrl-C (SIGINT) or SIGTERM stops af
 being sampled: the lines of the inputs sampled so far are written (complete lines only), one line
 says how far it got, and the exit code is 130 or 143 (as scripts/train.py's); rerunning the same
 command starts over. A setting or input it cannot use exits 1 with one line.
+
+On several processes (scripts/launch_local.py, a pod) each reads the same inputs and feeds its
+own rows of every batch to the mesh of all their devices; process 0 writes the file, the one a
+single process writes:
+
+  python -m scripts.launch_local --num_processes=2 --devices_per_process=2 -- -m scripts.generate \
+      --gin_file=gin/models/t5_1_1/tiny.gin --gin_file=gin/runs/infer.gin --gin.MESH_SHAPE='(2, 2)' ...
 """
 import time
 from typing import Callable, Sequence
 
 import gin
+import jax
 from absl import app
 from absl import flags
 
@@ -67,7 +75,8 @@ def main(argv: Sequence[str]) -> None:
   input_length = gin.query_parameter("%TASK_FEATURE_LENGTHS")["inputs"]
   path = gin.get_configurable(infer_lib.infer)(
       format_inputs=situation_formatter(vocabulary, input_length), vocabulary=vocabulary)
-  print(f"wrote {path}", flush=True)
+  if jax.process_index() == 0:  # the one that wrote it (runner.infer.infer)
+    print(f"wrote {path}", flush=True)
 
 
 if __name__ == "__main__":

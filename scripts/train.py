@@ -172,6 +172,10 @@ def _flag_or_none(value) -> bool:
   return value is None or isinstance(value, bool)
 
 
+def _positive_number_or_none(value) -> bool:
+  return value is None or (_number(value) and value > 0)
+
+
 def _lengths(value) -> bool:
   return (isinstance(value, dict) and {"inputs", "targets"} <= set(value)
           and all(isinstance(k, str) and _whole(v) and v > 0 for k, v in value.items()))
@@ -211,8 +215,9 @@ MACRO_KINDS = {
     **dict.fromkeys(("INITIAL_CHECKPOINT_PATH", "REWARD_CHECKPOINT_PATH", "INPUT_FILE",
                      "NORMALIZED_CHECKPOINT_PATH", "BEST_METRIC"),
                     (_text_or_none, "a string in quotes (a path) or None")),
-    **dict.fromkeys(("USE_CACHED_TASKS",), (_flag, "True or False")),
+    **dict.fromkeys(("USE_CACHED_TASKS", "REMAT"), (_flag, "True or False")),
     "MULTI_HOST": (_flag_or_none, "True, False or None"),
+    "DEVICE_MEMORY_GIB": (_positive_number_or_none, "a positive number of GiB, or None (what the device reports)"),
     "TASK_FEATURE_LENGTHS": (_lengths, "a dict of positive lengths with 'inputs' and 'targets', "
                                        "e.g. {'inputs': 512, 'targets': 128}"),
     "MESH_SHAPE": (_mesh, "a (data, model) pair of device counts, one of them -1 at most (the devices the "

@@ -659,6 +659,27 @@ def check_tpu_dry_run(ws: Workspace, command: str, result) -> None:
                                                       *shlex.split(train_args), "--gin.MULTI_HOST=True"]
 
 
+def check_preflight(ws: Workspace, command: str, result) -> None:
+  """xxl on (32, 8) devices of 16 GiB: refused with the arithmetic and a mesh that fits, with
+  parameters per device as the config's shapes give them; the mesh it names then fits."""
+  output = result.stdout + result.stderr
+  assert result.returncode == 1 and "Traceback" not in output, output[-3000:]
+  assert "mesh: data 32 x model 8 = 256 devices" in result.stdout, result.stdout[-3000:]
+  assert "does NOT fit in 16.00 GiB per device" in result.stdout, result.stdout[-3000:]
+  suggestion = re.search(r"e\.g\. (--gin\.MESH_SHAPE=\(\d+,\d+\)[^.]*)\.", result.stderr)
+  assert "the memory plan does not fit" in result.stderr and suggestion, result.stderr[-3000:]
+  fitting = ws.run(f"{ws.localise(command)} {suggestion[1]}")
+  assert_ran(fitting)
+  assert re.search(r"fits in 16\.00 GiB per device \(\d+% of it\)", fitting.stdout), fitting.stdout[-3000:]
+
+
+def check_local_pod(ws: Workspace, command: str, result) -> None:
+  """Runs in tests/runner/test_multi_process.py, word for word with tiny settings appended:
+  interrupted by SIGTERM, then SIGKILL, resumed, and compared with one process on 4 devices."""
+  from tests.runner import test_multi_process  # pylint: disable=g-import-not-at-top
+  assert test_multi_process.readme_pod_command() == shlex.split(command)
+
+
 CASES = [
     Case("make demo", f"make -n demo prints its two commands; they run with --gin.TRAIN_STEPS={DEMO_STEPS}",
          check_make_demo, run=run_make_demo, writes=(DEMO_DIR,)),
@@ -699,6 +720,10 @@ CASES = [
     Case("python -m scripts.serve --checkpoint", "on the demo's run; POSTs two situations, then stops it",
          check_server, run=run_server),
     Case("scripts/launch_tpu_pod.sh", "TPU: --dry_run", check_tpu_dry_run),
+    Case("python -m scripts.preflight", "as is (exit 1: xxl does not fit), then on the mesh it names",
+         check_preflight, run=run_as_is),
+    Case("python -m scripts.launch_local", "in tests/runner/test_multi_process.py (2 processes, interrupted "
+         "and resumed)", check_local_pod),
 ]
 
 

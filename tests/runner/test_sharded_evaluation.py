@@ -51,3 +51,79 @@ def test_evaluation_on_a_2x4_mesh_shards_the_model_and_matches_one_device(run_py
   assert sharded.keys() == single.keys() and len(sharded) == int(out.split("scored ")[1].split()[0]) > 4
   difference = max(abs(a - b) for key in sharded for a, b in zip(sharded[key], single[key]))
   assert difference <= 1e-5, difference
+
+
+def test_small_on_a_1x4_mesh_holds_a_quarter_per_device_and_scores_decodes_as_one_device(run_python):
+  """T5.1.1 small (gin/models/t5_1_1/small.gin), random, with a reward head, loaded by
+  `checkpoints.load_params` onto mesh (data 1, model 4): the wide parameters are split four ways
+  (their shardings, and each device's bytes against a count from the config alone), and
+  likelihoods, rewards and greedy tokens computed there equal one unsharded device's."""
+  out = run_python("""
+      import json
+      import flax, jax, numpy as np
+      from models import decoding, reward as reward_lib, scoring
+      from models.config import T5Config
+      from runner import checkpoints, partitioning
+
+      config = T5Config(vocab_size=32128, emb_dim=512, num_heads=6, head_dim=64, mlp_dim=1024,
+                        num_encoder_layers=8, num_decoder_layers=8, mlp_activations=("gelu", "linear"),
+                        logits_via_embedding=False)
+      checkpoints.save_params("small/params", reward_lib.init_reward_params(config, jax.random.PRNGKey(5)))
+      checkpoints.write_model_config("small", config)
+      mesh = partitioning.create_mesh(1, 4)
+      _, params = checkpoints.load_params("small", config, mesh)
+
+      leaves = flax.traverse_util.flatten_dict(params, sep="/")
+      per_device = {str(device): 0 for device in mesh.devices.flat}
+      for leaf in leaves.values():
+        for shard in leaf.addressable_shards:
+          per_device[str(shard.device)] += shard.data.nbytes
+      placement = {name: [list(leaves[name].sharding.spec),
+                          sorted({shard.data.shape for shard in leaves[name].addressable_shards})]
+                   for name in ("encoder/layers_0/mlp/wi_0/kernel", "decoder/layers_7/self_attention/out/kernel",
+                                "token_embedder/embedding", "decoder/logits_dense/kernel",
+                                "encoder/relpos_bias/rel_embedding", "reward_head/kernel")}
+
+      rng = np.random.RandomState(0)
+      ids = rng.randint(2, 32000, (2, 32)).astype(np.int32)
+      ids[1, 20:] = 0
+      candidates = rng.randint(2, 32000, (2, 2, 32)).astype(np.int32)
+      candidates[:, 1, 12:] = 0
+
+      def computed(p):
+        return (np.asarray(scoring.score_candidates(config, p, ids, candidates)),
+                np.asarray(reward_lib.reward(config, p, ids, candidates)),
+                np.asarray(decoding.sample(config, p, ids, jax.random.PRNGKey(0), max_length=8, greedy=True)))
+
+      with partitioning.activate(mesh):
+        sharded = computed(params)
+      single = computed(jax.device_put(jax.device_get(params), jax.devices()[0]))
+      print(json.dumps({
+          "per_device": per_device, "total": sum(leaf.nbytes for leaf in leaves.values()),
+          "placement": placement,
+          "score_difference": float(np.abs(sharded[0] - single[0]).max()),
+          "reward_difference": float(np.abs(sharded[1] - single[1]).max()),
+          "tokens_equal": bool(np.array_equal(sharded[2], single[2])), "tokens": sharded[2].tolist()}))
+      """, devices=4)
+  found = json.loads(out.splitlines()[-1])
+  print("bytes per device", found["per_device"], "of", found["total"])
+  # Parameter bytes from small.gin's sizes alone (float32): what model parallelism splits (attention
+  # and MLP kernels, the embedding and the logits layer), and what every device holds whole (layer
+  # norms, the relative position biases: 6 heads do not split 4 ways, the reward head).
+  vocab, emb, inner, mlp, layers, heads, buckets = 32128, 512, 6 * 64, 1024, 8, 6, 32
+  attention, mlp_block = 4 * emb * inner, 3 * emb * mlp  # q, k, v, out; wi_0, wi_1, wo
+  split = 4 * (layers * (attention + mlp_block) + layers * (2 * attention + mlp_block) + 2 * vocab * emb)
+  whole = 4 * ((2 * layers + 3 * layers + 2) * emb + 2 * heads * buckets + emb + 1)
+  assert found["total"] == split + whole
+  assert len(found["per_device"]) == 4
+  assert set(found["per_device"].values()) == {split // 4 + whole}, found["per_device"]
+  split_four_ways = {"encoder/layers_0/mlp/wi_0/kernel": ([None, "model"], [emb, mlp // 4]),
+                     "decoder/layers_7/self_attention/out/kernel": (["model", None], [inner // 4, emb]),
+                     "token_embedder/embedding": (["model", None], [vocab // 4, emb]),
+                     "decoder/logits_dense/kernel": ([None, "model"], [emb, vocab // 4])}
+  for name, (spec, shard) in split_four_ways.items():
+    assert found["placement"][name] == [spec, [shard]], (name, found["placement"][name])
+  assert found["placement"]["encoder/relpos_bias/rel_embedding"][1] == [[heads, buckets]]
+  assert found["placement"]["reward_head/kernel"][1] == [[emb, 1]]
+  assert found["score_difference"] <= 1e-5 and found["reward_difference"] <= 1e-5, found
+  assert found["tokens_equal"], found["tokens"]

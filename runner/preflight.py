@@ -1,0 +1,104 @@
+"""What a run is about to do, printed before it starts: processes, devices, mesh, batch and memory.
+
+`describe_run` gives the lines (every run prints them, and `python -m scripts.preflight` prints
+them from the same gin files without running anything); `check` stops a run whose memory plan
+(runner/memory_plan.py) does not fit the device, with the arithmetic and a mesh that would fit.
+A mesh larger than this machine's devices (a pod slice planned from a laptop) is planned from
+shapes alone: nothing here creates a mesh or allocates.
+"""
+import collections
+
+import jax
+
+from models.config import T5Config
+from runner import memory_plan
+from runner import partitioning
+
+
+def resolve_mesh_shape(mesh_shape, device_count: int | None = None) -> tuple[int, int]:
+  """(data, model) with a -1 replaced by the devices the other axis leaves (as create_mesh does)."""
+  data, model = (int(size) for size in mesh_shape)
+  count = jax.device_count() if device_count is None else device_count
+  if data == -1:
+    data = max(count // model, 1)
+  if model == -1:
+    model = max(count // data, 1)
+  return data, model
+
+
+def _plan(config, mesh_shape, batch_size, feature_lengths, optimizer, accumulation_steps, remat, objective,
+          rules):
+  return memory_plan.plan(config, mesh_shape=resolve_mesh_shape(mesh_shape), batch_size=batch_size,
+                          feature_lengths=feature_lengths, optimizer=optimizer,
+                          accumulation_steps=accumulation_steps, remat=remat, objective=objective, rules=rules)
+
+
+def describe_run(config: T5Config, *, mesh_shape, batch_size: int, feature_lengths: dict, optimizer="adafactor",
+                 accumulation_steps: int = 1, remat: bool = False, objective: str = "cross_entropy",
+                 rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, device_memory_gib: float | None = None,
+                 shard_lines: list[str] | None = None) -> list[str]:
+  """The preflight's lines: processes, devices, mesh, batch, `shard_lines` as given, memory plan."""
+  data, model = resolve_mesh_shape(mesh_shape)
+  processes = jax.process_count()
+  kinds = collections.Counter(device.device_kind for device in jax.devices())
+  mesh_devices = data * model
+  lines = [f"processes: {processes} (this is process {jax.process_index()})",
+           f"devices: {jax.local_device_count()} local, {jax.device_count()} global ("
+           + ", ".join(f"{count} x {kind}" for kind, count in kinds.items()) + ")"]
+  mesh_line = f"mesh: data {data} x model {model} = {mesh_devices} device{'s' if mesh_devices > 1 else ''}"
+  if mesh_devices != jax.device_count():
+    mesh_line += f" (planned from shapes: this machine sees {jax.device_count()})"
+  lines.append(mesh_line)
+  per_host = batch_size / processes
+  lines.append(f"batch: {batch_size} rows a step, {per_host:g} per host ({processes} host{'s' if processes > 1 else ''}), "
+               f"{batch_size / (data * accumulation_steps):g} per device per microbatch "
+               f"(data {data} x accumulation {accumulation_steps})")
+  lines += list(shard_lines or [])
+  plan = _plan(config, mesh_shape, batch_size, feature_lengths, optimizer, accumulation_steps, remat, objective,
+               rules)
+  device_bytes, source = memory_plan.device_memory_bytes(device_memory_gib)
+  lines.append(f"device memory: {memory_plan.mib(device_bytes)} ({source})")
+  lines += plan.describe(device_bytes)
+  return lines
+
+
+def _sum(plan: memory_plan.MemoryPlan) -> str:
+  """parameters + optimizer state + gradients + update + activations = total, in MiB/GiB."""
+  groups = {}
+  for part in plan.parts:
+    group = part.name.split(":")[0].split(" (")[0]
+    groups[group] = groups.get(group, 0) + part.bytes
+  return (" + ".join(f"{name} {memory_plan.mib(count)}" for name, count in groups.items() if name != "batch")
+          + f" = {memory_plan.mib(plan.total)}")
+
+
+def check(config: T5Config, *, mesh_shape, batch_size: int, feature_lengths: dict, optimizer="adafactor",
+          accumulation_steps: int = 1, remat: bool = False, objective: str = "cross_entropy",
+          rules=partitioning.STANDARD_LOGICAL_AXIS_RULES,
+          device_memory_gib: float | None = None) -> memory_plan.MemoryPlan:
+  """The plan, or a ValueError (one paragraph: the arithmetic and a setting that fits) when it does not fit."""
+  plan = _plan(config, mesh_shape, batch_size, feature_lengths, optimizer, accumulation_steps, remat, objective,
+               rules)
+  device_bytes, source = memory_plan.device_memory_bytes(device_memory_gib)
+  if plan.fits(device_bytes):
+    return plan
+  mib = memory_plan.mib
+  # Lines, not one long line: scripts.train.one_paragraph cuts a line past 500 characters.
+  message = (f"the memory plan does not fit: one training step needs {mib(plan.total)} per device on "
+             f"{plan.settings()}, but a device holds {mib(device_bytes)} ({source}):\n{_sum(plan)}\n")
+  alternative = memory_plan.fitting_alternative(
+      config, device_bytes, mesh_shape=plan.mesh_shape, batch_size=batch_size, feature_lengths=feature_lengths,
+      optimizer=optimizer, accumulation_steps=accumulation_steps, remat=remat, objective=objective, rules=rules)
+  if alternative is None:
+    message += ("No mesh of up to 16 times the devices fits, with or without remat and accumulation: "
+                "use devices with more memory or a smaller model.")
+  else:
+    data, model = alternative.mesh_shape
+    flags = [f"--gin.MESH_SHAPE=({data},{model})"]
+    if alternative.accumulation_steps != accumulation_steps:
+      flags.append(f"--gin.ACCUMULATION_STEPS={alternative.accumulation_steps}")
+    if alternative.remat and not remat:
+      flags.append("--gin.REMAT=True")
+    message += (f"It would fit on {alternative.settings()}: {mib(alternative.total)} "
+                f"({data * model} devices); e.g. {' '.join(flags)}.")
+  raise ValueError(message)
