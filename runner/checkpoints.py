@@ -334,8 +334,10 @@ class PreemptionGuard:
   its boundaries (a training step, a batch of items), so that it stops there with what it did kept:
   training saves a checkpoint, evaluation keeps its finished lines, generation its finished inputs.
 
-  With several processes and a checkpoint manager, jax's own preemption sync point decides (orbax
-  asks it), so that every host saves at the same step; one process installs plain signal handlers.
+  With several processes, jax's own preemption sync point decides (orbax asks it when the guard has
+  a checkpoint manager), so that every host stops after the same step or batch: the loop passes
+  `should_stop` its step (batch) number, the same sequence on every process. One process installs
+  plain signal handlers.
   `signal_number` is the signal received (None when none was), for the script's exit code;
   `stopping` says in the log line what the loop does on it.
   """
@@ -375,9 +377,13 @@ class PreemptionGuard:
     self.signal_number = signum
 
   def should_stop(self, step=None) -> bool:
-    if (self.signal_number is None and self._manager is not None and jax.process_count() > 1
-        and self._manager.reached_preemption(step)):
-      self.signal_number = signal.SIGTERM  # jax's sync point: some host was preempted
+    """Whether the loop stops here. With several processes, only a call given `step` asks the
+    sync point (every process must ask at every step); without it, whether one already said so."""
+    if self.signal_number is None and step is not None and jax.process_count() > 1:
+      reached = (self._manager.reached_preemption(step) if self._manager is not None
+                 else multihost_utils.reached_preemption_sync_point(step))
+      if reached:
+        self.signal_number = signal.SIGTERM  # jax's sync point: some host was preempted
     return self.signal_number is not None
 
   def interrupted(self, message: str) -> "PreemptionGuard.Interrupted":

@@ -6,12 +6,13 @@ stream (`tf.data.Dataset.skip`), so a restarted run sees exactly the batches the
 one would have. Skipping re-reads the skipped examples (seconds for the project's datasets; a
 cached task, USE_CACHED_TASKS, makes it cheaper).
 
-With several processes, every host reads that same global stream and keeps its own rows of each
-batch (`host_rows`): the batches do not depend on the process count, so 2 processes x 2 devices
-train exactly as 1 x 4 do, and a run resumes on another number of hosts with the batches it would
-have read. seqio's `ShardInfo` would read disjoint files instead, at the price of an order that
-changes with the host count; every host preprocessing every example is cheap at these datasets'
-sizes (thousands of examples, not C4).
+With several processes, every host reads that same global stream of whole batches, and
+`partitioning.global_batch` places on each host's devices the rows they hold: the batches do not
+depend on the process count, so 2 processes x 2 devices train exactly as 1 x 4 do, and a run
+resumes on another number of hosts with the batches it would have read. seqio's `ShardInfo`
+would read disjoint files instead, at the price of an order that changes with the host count;
+every host preprocessing every example is cheap at these datasets' sizes (thousands of
+examples, not C4), and a batch of token ids is small.
 
 Token-CE batches use seqio's `EncDecFeatureConverter` without packing (the network has no
 segment ids, so packed rows would attend across examples). Cloze and preference items become
@@ -23,21 +24,12 @@ import difflib
 import itertools
 from typing import Any, Iterator, Mapping, Sequence
 
-import jax
 import numpy as np
 
 from models import scoring
-from runner import partitioning
 
 # Features that hold tokens; every other feature of an example is metadata for reports.
 TOKEN_FEATURES = ("inputs", "targets", "candidates", "candidate_labels")
-
-
-def host_rows(batch_size: int) -> slice:
-  """This process's rows of a global batch: the processes' blocks in order, as
-  `jax.make_array_from_process_local_data` puts them along the data axis."""
-  rows = partitioning.host_batch_size(batch_size)
-  return slice(jax.process_index() * rows, (jax.process_index() + 1) * rows)
 
 
 def _rows(value) -> list[np.ndarray]:
@@ -208,14 +200,12 @@ def _lengths(feature_lengths):
 def train_batches(mixture_or_task_name: str, feature_lengths: Mapping[str, int], batch_size: int, *,
                   candidates=False, split="train", seed=0, start_step=0,
                   use_cached=False) -> Iterator[dict[str, np.ndarray]]:
-  """Endless training batches of this host's rows, from batch number `start_step` on.
+  """Endless whole training batches (the same on every host), from batch number `start_step` on.
 
   Token batches hold `input_ids` [B, L] and `target_ids` [B, T]; with `candidates` (reward
-  objectives) they are candidate arrays. `batch_size` is global; each host yields its
-  batch_size / process_count rows of each global batch (`host_rows`).
+  objectives) they are candidate arrays.
   """
   import seqio  # pylint: disable=g-import-not-at-top
-  mine = host_rows(batch_size)
   if not candidates:
     dataset = seqio.get_dataset(
         mixture_or_task_name, dict(feature_lengths), seqio.EncDecFeatureConverter(pack=False),
@@ -223,16 +213,14 @@ def train_batches(mixture_or_task_name: str, feature_lengths: Mapping[str, int],
         verbose=False)
     dataset = dataset.batch(batch_size, drop_remainder=True).skip(start_step)
     for batch in dataset.as_numpy_iterator():
-      yield {"input_ids": batch["encoder_input_tokens"][mine], "target_ids": batch["decoder_target_tokens"][mine]}
+      yield {"input_ids": batch["encoder_input_tokens"], "target_ids": batch["decoder_target_tokens"]}
     return
   provider = get_provider(mixture_or_task_name)
   dataset = provider.get_dataset(dict(feature_lengths), split, use_cached=use_cached, shuffle=True,
                                  seed=seed, num_epochs=None)
   dataset = dataset.skip(start_step * batch_size)
   for chunk in _chunks(dataset.as_numpy_iterator(), batch_size):
-    # K from the whole global batch: every host's rows must have one shape to form a global array.
-    most = max(len(_rows(example["candidates"])) for example in chunk)
-    yield candidate_arrays(chunk[mine], *_lengths(feature_lengths), num_candidates=most)
+    yield candidate_arrays(chunk, *_lengths(feature_lengths))
 
 
 def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, int], batch_size: int, *,

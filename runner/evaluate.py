@@ -14,14 +14,22 @@ over its tasks beside them: HEAP's clusters). SIGINT (Ctrl-C) or SIGTERM stops a
 the batch being scored, its lines written, with `checkpoints.PreemptionGuard.Interrupted` (no
 metrics, no report): scripts/evaluate.py prints its line and exits 130 or 143.
 
+Several processes (a pod, or scripts/launch_local.py) run it as one SPMD program: the mesh spans
+every process's devices, each process reads every item in the same order and places on its
+devices the rows they hold, and the scores come back whole to every process. Process 0 alone writes the output
+directory; the others keep track of the same items. A SIGTERM to any of them stops all after the
+same batch (jax's preemption sync point).
+
 Every output directory records its provenance (`evaluation.json`, and metrics.json's
 "provenance"): the checkpoint's step and a fingerprint of its parameters, the model config, each
 data file read (path, size, sha256, records read and skipped) and the examples per split, the
 vocabulary, feature lengths, scorer and normalisation, and the project's git commit. Resuming into
 a directory whose recorded provenance differs in anything that changes scores is refused.
 """
+import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import subprocess
@@ -29,6 +37,7 @@ from typing import Callable, Mapping, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from models import reward as reward_lib
 from models import scoring
@@ -67,13 +76,19 @@ NORMALIZATIONS = {
 }
 
 
+def _on_every_host(values) -> np.ndarray:
+  """A batch's results, whole, as numpy on every process: with several processes each holds only
+  its rows of the global array the scorer returns."""
+  return multihost_utils.process_allgather(values, tiled=True)
+
+
 def _likelihood_scorer(config: T5Config, normalization: str):
   normalize, _ = NORMALIZATIONS[normalization]
 
   def score(params, arrays, lengths):
     def total(input_ids):
-      return np.asarray(scoring.score_candidates(config, params, input_ids, arrays["candidate_ids"],
-                                                 arrays["score_mask"], length_normalize=False))
+      return _on_every_host(scoring.score_candidates(config, params, input_ids, arrays["candidate_ids"],
+                                                     arrays["score_mask"], length_normalize=False))
     summed = total(arrays["input_ids"])
     empty = None
     if normalization == "mutual_information":
@@ -90,8 +105,8 @@ def _reward_scorer(config: T5Config, normalization: str):
     if reward_lib.HEAD not in params:
       raise ValueError(f"SCORER='reward' needs a reward model; the checkpoint has no "
                        f"'{reward_lib.HEAD}' parameters")
-    return {"scores": np.asarray(reward_lib.reward(config, params, arrays["input_ids"],
-                                                   arrays["candidate_ids"]))}
+    return {"scores": _on_every_host(reward_lib.reward(config, params, arrays["input_ids"],
+                                                       arrays["candidate_ids"]))}
   return score
 
 
@@ -111,7 +126,8 @@ def check_scoring(scorer: str, normalization: str) -> None:
 
 def make_score_fn(config: T5Config, scorer: str, normalization: str = "token", mesh=None,
                   rules=partitioning.STANDARD_LOGICAL_AXIS_RULES):
-  """fn(params, arrays, lengths) -> {"scores": [B, K], ...} (numpy), run on `mesh` (see SCORERS)."""
+  """fn(params, arrays, lengths) -> {"scores": [B, K], ...} (numpy, the whole batch on every
+  process), run on `mesh` (see SCORERS)."""
   check_scoring(scorer, normalization)
   score = SCORERS[scorer](config, normalization)
   if mesh is None:
@@ -155,6 +171,9 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
   Items must be told apart for resuming: a repeated id keeps it the first time and becomes
   "id#1", "id#2", ... on later occurrences, in the task's fixed order. Before each batch
   `should_stop()` is asked; when it says so the task stops there, its finished lines written.
+  `batch_size` is global: with `mesh`, each process reads every batch and places on its devices
+  the rows they hold (`partitioning.global_batch`); `score_fn` returns the whole batch's scores to
+  every process, so every process calls `appender.write` for the same items.
   """
   progress = Progress(task_name, total, "items")
   occurrences: dict[str, int] = {}
@@ -174,7 +193,7 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
     lengths = {"tokens": batch["score_mask"].sum(-1), "scored_chars": batch["scored_chars"],
                "scored_bytes": batch["scored_bytes"]}
     if mesh is not None:
-      arrays = jax.device_put(arrays, partitioning.batch_sharding(mesh, rules))
+      arrays = partitioning.global_batch(arrays, mesh, rules)
     scored = score_fn(params, arrays, lengths)
     for i, item in enumerate(metadata):
       if todo[i]:
@@ -312,7 +331,7 @@ def params_fingerprint(params) -> str:
   digest = hashlib.sha256()
   for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
     stride = max(1, leaf.size // FINGERPRINT_SAMPLE)
-    sample = np.asarray(jax.device_get(leaf.reshape(-1)[::stride]))
+    sample = _on_every_host(leaf.reshape(-1)[::stride])  # a leaf split over hosts is whole on none
     digest.update(f"{jax.tree_util.keystr(path)} {leaf.shape} {leaf.dtype} {stride}\n".encode())
     digest.update(sample.tobytes())
   return "sha256:" + digest.hexdigest()
@@ -353,7 +372,8 @@ def provenance(*, mixture_or_task_name, split, checkpoint_path, config: T5Config
 
 
 def _check_settings(output_dir: str, settings: dict) -> None:
-  """Refuses to resume predictions of another provenance, naming the fields; records it otherwise."""
+  """Refuses to resume predictions of another provenance, naming the fields (`_record_settings`
+  records it)."""
   path = os.path.join(output_dir, SETTINGS_FILE)
   if os.path.exists(path) and outputs.read_written_ids(os.path.join(output_dir, outputs.PREDICTIONS_FILE)):
     with open(path, encoding="utf-8") as f:
@@ -366,7 +386,50 @@ def _check_settings(output_dir: str, settings: dict) -> None:
           f"{', '.join(changed)} (recorded checkpoint step {previous.get('checkpoint_step')}, now "
           f"{settings.get('checkpoint_step')}); resuming would mix their scores. Use a new "
           "EVAL_OUTPUT_DIR, or delete this one to start over")
-  outputs.atomic_write_text(path, json.dumps(settings, indent=2, sort_keys=True) + "\n")
+
+
+def _record_settings(output_dir: str, settings: dict) -> None:
+  outputs.atomic_write_text(os.path.join(output_dir, SETTINGS_FILE),
+                            json.dumps(settings, indent=2, sort_keys=True) + "\n")
+
+
+def _sync(name: str) -> None:
+  """Waits until every process gets here (a no-op with one process)."""
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(name)
+
+
+def _writes_outputs() -> bool:
+  """Whether this process writes the output directory: process 0 alone, so that a run on several
+  processes writes what one process would."""
+  return jax.process_index() == 0
+
+
+class _ItemsWrittenByProcessZero:
+  """A process other than 0's stand-in for the appender: process 0 writes predictions.jsonl;
+  this one keeps the same `done` set (read once process 0 has cut off a partial last line, then
+  grown with the items scored), so every process skips the same batches."""
+
+  def __init__(self, path: str):
+    self.path = path
+    self.done = outputs.read_written_ids(path)
+
+  def write(self, record: Mapping) -> None:
+    self.done.add((record["task"], record["id"]))
+
+
+@contextlib.contextmanager
+def _predictions(output_dir: str):
+  """The appender of output_dir/predictions.jsonl on process 0, `_ItemsWrittenByProcessZero` on
+  the others; when the block ends, the file is complete and closed for every process to read."""
+  with contextlib.ExitStack() as stack:
+    if _writes_outputs():
+      appender = stack.enter_context(outputs.PredictionsAppender(output_dir))
+    _sync("evaluate: predictions.jsonl opened")  # the others read it after any repair
+    if not _writes_outputs():
+      appender = _ItemsWrittenByProcessZero(os.path.join(output_dir, outputs.PREDICTIONS_FILE))
+    yield appender
+  _sync("evaluate: predictions.jsonl closed")
 
 
 def _records(file: dict) -> str:
@@ -399,17 +462,20 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
              batch_size: int = 32, split: str = "test", normalization: str = "token",
              scorer: str = "likelihood", model_config: T5Config | None = None, mesh_shape=(-1, 1),
              logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached_tasks=False,
-             run_config: str | None = None,
+             multi_host: bool | None = None, run_config: str | None = None,
              metric_groups: Mapping[str, Sequence[str]] | None = None,
              references: report.References | None = None) -> dict:
   """Scores a task or mixture with a checkpoint; writes predictions, metrics.json and report.html.
 
   Returns the metrics (`{task or group: {metric: {"value", "low", "high"}}}`). On SIGINT or SIGTERM it
   stops after the batch being scored and raises `checkpoints.PreemptionGuard.Interrupted` saying
-  how many items predictions.jsonl holds; calling it again resumes. Runs on one host, the
-  model and batches sharded over its devices by `mesh_shape` (data, model) and the rules, every
-  scoring call inside the mesh and the rules. `run_config` (the gin configuration's text) is
-  written to `output_dir/config.gin`. scripts/evaluate.py calls it through gin (gin/runs/eval.gin).
+  how many items predictions.jsonl holds; calling it again resumes. The model and batches are
+  sharded over every device of every process by `mesh_shape` (data, model) and the rules, every
+  scoring call inside the mesh and the rules. `multi_host` (None: detected from the environment,
+  as training's) joins the processes of a multi-host run first (`partitioning.
+  initialize_distributed`); they run as one program, and process 0 alone writes `output_dir`, the
+  same files one process writes. `run_config` (the gin configuration's text) is written to
+  `output_dir/config.gin`. scripts/evaluate.py calls it through gin (gin/runs/eval.gin).
 
   `metric_groups` ({group: [task names]}) adds, beside the tasks, each group's average over its
   evaluated tasks (`group_metrics`; scripts/evaluate.py names HEAP's clusters). Groups are
@@ -420,9 +486,8 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   (`worst_items`).
   """
   check_scoring(scorer, normalization)
-  if jax.process_count() > 1:
-    raise ValueError("offline evaluation runs on one host; start it on a single process")
-  mesh = partitioning.create_mesh(*mesh_shape, devices=jax.local_devices())
+  partitioning.initialize_distributed(multi_host)
+  mesh = partitioning.create_mesh(*mesh_shape)  # every process's devices: a model may outgrow a host
   rules = partitioning.as_rules(logical_axis_rules)
   if batch_size % mesh.shape["data"]:
     raise ValueError(f"BATCH_SIZE {batch_size} is not divisible by the mesh's data axis "
@@ -434,16 +499,21 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
                         checkpoint_path=checkpoint_path, config=config, params=params, tasks=tasks,
                         task_feature_lengths=task_feature_lengths, scorer=scorer,
                         normalization=normalization)
-  os.makedirs(output_dir, exist_ok=True)
-  _check_settings(output_dir, settings)
-  if run_config is not None:
-    outputs.write_run_config(output_dir, run_config)
+  _check_settings(output_dir, settings)  # every process, so that all refuse alike
+  _sync("evaluate: settings checked")  # before process 0 records its own
+  if _writes_outputs():
+    os.makedirs(output_dir, exist_ok=True)
+    _record_settings(output_dir, settings)
+    if run_config is not None:
+      outputs.write_run_config(output_dir, run_config)
   notes = _notes(settings)
   print("\n".join(notes), flush=True)
   score_fn = make_score_fn(config, scorer, normalization, mesh, rules)
   stopping = "finishing the batch being scored, then stopping"
-  with outputs.PredictionsAppender(output_dir) as appender, \
-      checkpoints.PreemptionGuard(stopping=stopping) as guard:
+  # Batches are numbered across tasks, skipped ones included: the sequence jax's preemption sync
+  # point needs, the same on every process.
+  batch_numbers = itertools.count(1)
+  with _predictions(output_dir) as appender, checkpoints.PreemptionGuard(stopping=stopping) as guard:
     if appender.done:
       print(f"resuming: {len(appender.done)} items already in {appender.path}", flush=True)
     for task in tasks:
@@ -451,7 +521,7 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
         break
       score_task(task.name, split, task_feature_lengths, batch_size, score_fn, params, appender,
                  total=task.num_input_examples(split), mesh=mesh, rules=rules,
-                 use_cached=use_cached_tasks, should_stop=guard.should_stop)
+                 use_cached=use_cached_tasks, should_stop=lambda: guard.should_stop(next(batch_numbers)))
     totals = [t.num_input_examples(split) for t in tasks]
     total = None if None in totals else sum(totals)
     if guard.should_stop() and len(appender.done) != total:  # a signal after the last batch: done
@@ -463,6 +533,8 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
     by_task.setdefault(record["task"], []).append(record)
   metrics = {task.name: task_metrics(task, by_task[task.name]) for task in tasks if task.name in by_task}
   groups = group_metrics(metrics, metric_groups)
+  if not _writes_outputs():
+    return {**metrics, **groups}
   outputs.write_metrics(output_dir, {**metrics, **groups}, provenance=settings)
   counts = report.Table("Items scored", ("task", "items"),
                         [(task.name, len(by_task.get(task.name, []))) for task in tasks])

@@ -23,7 +23,6 @@ from models import decoding
 from models import reward as reward_lib
 from models.config import T5Config
 from runner import checkpoints
-from runner import data
 from runner import outputs
 from runner import partitioning
 from runner.progress import Progress
@@ -59,13 +58,12 @@ def generate(config: T5Config, params, vocabulary, input_ids: np.ndarray, rng, *
   index of the highest) and `kl` (of best-of-N from the sampling policy). The last batch is
   padded to batch_size (one compiled shape); batch i samples with fold_in(rng, i), so the output
   depends only on rng and the rows' order. Sampling runs on `mesh` inside the rules. With several
-  processes every one passes the same input_ids, feeds its own rows of each batch
-  (`data.host_rows`) and gets every row back. `should_stop()` is asked before each batch; when it
+  processes every one passes the same input_ids, places on its devices the rows they hold
+  (`partitioning.global_batch`) and gets every row back. `should_stop()` is asked before each batch; when it
   says so, the rows sampled so far are returned.
   """
   rows_out = []
   progress = Progress("generated", len(input_ids), "inputs")
-  mine = data.host_rows(batch_size)
   options = dict(max_length=max_length, top_p=top_p, temperature=temperature, eos_id=vocabulary.eos_id)
   with partitioning.activate(mesh, rules):
     for index, first in enumerate(range(0, len(input_ids), batch_size)):
@@ -74,7 +72,7 @@ def generate(config: T5Config, params, vocabulary, input_ids: np.ndarray, rng, *
       rows = input_ids[first:first + batch_size]
       padded = np.zeros((batch_size, input_ids.shape[1]), np.int32)
       padded[:len(rows)] = rows
-      batch = partitioning.global_batch({"input_ids": padded[mine]}, mesh, rules)["input_ids"]
+      batch = partitioning.global_batch({"input_ids": padded}, mesh, rules)["input_ids"]
       # numpy: the same value on every process, which jit replicates over the mesh.
       key = np.asarray(jax.random.fold_in(rng, index))
       if reward_model is None:
@@ -127,10 +125,6 @@ def _load(checkpoint_path, model_config, reward_checkpoint_path, mesh_shape, rul
   data_axis = mesh.shape["data"]
   if batch_size % data_axis:
     raise ValueError(f"BATCH_SIZE {batch_size} is not divisible by the mesh's data axis ({data_axis})")
-  # Each process feeds its own rows, which must land on its own devices: a block of the data axis.
-  if data_axis % jax.process_count():
-    raise ValueError(f"the mesh's data axis ({data_axis}, MESH_SHAPE {tuple(mesh_shape)}) must be a multiple "
-                     f"of the {jax.process_count()} processes: each feeds its own rows of a batch")
   model = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)
   reward_model = None
   if reward_checkpoint_path:

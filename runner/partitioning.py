@@ -193,15 +193,19 @@ def with_shardings(tree, shardings):
   return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings)
 
 
-def global_batch(local_batch, mesh: Mesh, rules=STANDARD_LOGICAL_AXIS_RULES):
-  """This host's numpy rows -> global jax.Arrays split over the data axis (all hosts call this)."""
+def global_batch(batch, mesh: Mesh, rules=STANDARD_LOGICAL_AXIS_RULES):
+  """The whole numpy batch (the same on every process) -> global jax.Arrays split over the data
+  axis. Each process places only the rows its own devices hold, so any mesh works across hosts:
+  one whose data axis spans the processes (each holds a block of rows) and one whose model axis
+  does (a model larger than one host: every process holds every row)."""
   sharding = batch_sharding(mesh, rules)
-  return {name: jax.make_array_from_process_local_data(sharding, np.asarray(value))
-          for name, value in local_batch.items()}
+  return {name: jax.make_array_from_callback(np.shape(value), sharding,
+                                             lambda index, value=np.asarray(value): value[index])
+          for name, value in batch.items()}
 
 
-def host_batch_size(global_batch_size: int) -> int:
-  """Rows this process loads: each host reads its own shard of the data."""
-  if global_batch_size % jax.process_count():
-    raise ValueError(f"batch size {global_batch_size} is not divisible by the {jax.process_count()} processes")
-  return global_batch_size // jax.process_count()
+def process_rows(mesh: Mesh, batch_size: int, rules=STANDARD_LOGICAL_AXIS_RULES) -> tuple[int, int]:
+  """(first, last + 1) of the rows of a global batch that this process's devices hold."""
+  index_map = batch_sharding(mesh, rules).addressable_devices_indices_map((batch_size,))
+  rows = [range(batch_size)[index[0]] for index in index_map.values()]
+  return min(r.start for r in rows), max(r.stop for r in rows)

@@ -105,9 +105,8 @@ def _metric_writer(model_dir):
 
 
 def _real_tokens(batch):
-  tokens = sum(np.count_nonzero(batch[name]) for name in ("input_ids", "target_ids", "candidate_ids")
-               if name in batch)
-  return tokens * jax.process_count()
+  return sum(np.count_nonzero(batch[name]) for name in ("input_ids", "target_ids", "candidate_ids")
+             if name in batch)
 
 
 def _print_mixture(name, split):
@@ -133,13 +132,13 @@ def check_settings(*, train_steps: int, batch_size: int, accumulation_steps: int
     raise ValueError(f"BATCH_SIZE must be positive, got {batch_size}")
   if accumulation_steps <= 0:
     raise ValueError(f"ACCUMULATION_STEPS must be positive, got {accumulation_steps}")
-  # Each process loads its share of the rows, and each microbatch is split over the data axis.
-  rows = math.lcm(jax.process_count(), data_axis * accumulation_steps)
+  # Each microbatch is split over the data axis.
+  rows = data_axis * accumulation_steps
   if batch_size % rows:
     raise ValueError(
-        f"BATCH_SIZE {batch_size} does not split over the processes ({jax.process_count()}) and "
-        f"the mesh's data axis ({data_axis}) x ACCUMULATION_STEPS ({accumulation_steps}); use a "
-        f"multiple of {rows}, e.g. {max(rows, batch_size - batch_size % rows)}")
+        f"BATCH_SIZE {batch_size} does not split over the mesh's data axis ({data_axis}) x "
+        f"ACCUMULATION_STEPS ({accumulation_steps}); use a multiple of {rows}, e.g. "
+        f"{max(rows, batch_size - batch_size % rows)}")
   if vocabulary_size is not None and vocabulary_size > model_config.vocab_size:
     raise ValueError(f"the vocabulary has {vocabulary_size} ids but MODEL_CONFIG.vocab_size is "
                      f"{model_config.vocab_size}: ids past it would index outside the embedding; use a "
@@ -155,8 +154,8 @@ def _print_preflight(model_config, mesh, *, batch_size, feature_lengths, device_
                   device_memory_gib=device_memory_gib, **plan_settings)
   if jax.process_index() == 0:
     print("\n".join(run_preflight.describe_run(model_config, **settings)), flush=True)
-  rows = data.host_rows(batch_size)
-  print(f"data: process {jax.process_index()} of {jax.process_count()} reads rows {rows.start}-{rows.stop - 1} "
+  first, end = partitioning.process_rows(mesh, batch_size, plan_settings["rules"])
+  print(f"data: process {jax.process_index()} of {jax.process_count()} holds rows {first}-{end - 1} "
         f"of each global batch of {batch_size}", flush=True)
   run_preflight.check(model_config, **settings)
 
@@ -188,7 +187,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   """Trains (or resumes training of) a model in `model_dir` up to `train_steps` steps.
 
   Data comes from the seqio task or mixture, or from `batch_source(start_step)` (an iterator of
-  this host's numpy batches) when given. `mesh_shape` is (data, model); -1 takes the rest.
+  whole numpy batches, the same on every host) when given. `mesh_shape` is (data, model); -1 takes the rest.
   `optimizer` defaults to `trainer.make_optimizer()` (Adafactor, constant 1e-3).
   On SIGTERM or SIGINT the run saves a checkpoint at its current step and returns with
   preempted=True and the signal's number.
@@ -306,12 +305,11 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   # summary writer, and the GPU machines have no TensorFlow.
   with checkpoints.PreemptionGuard(manager) as guard:
     while step < train_steps:
-      local_batch = next(batches)
-      params, opt_state, metrics = train_step(params, opt_state,
-                                              partitioning.global_batch(local_batch, mesh, rules), step)
+      batch = next(batches)
+      params, opt_state, metrics = train_step(params, opt_state, partitioning.global_batch(batch, mesh, rules), step)
       pending.append((step, metrics))
       step += 1
-      progress.advance(1, _real_tokens(local_batch))
+      progress.advance(1, _real_tokens(batch))
       if step % log_interval == 0 or step == train_steps:
         last_metrics = log(metrics)
       if guard.should_stop(step):

@@ -5,6 +5,8 @@ r"""Evaluates a checkpoint offline with gin, on the command line t5x uses.
       --gin.EVAL_OUTPUT_DIR="'/tmp/run/eval'"
 
 Writes EVAL_OUTPUT_DIR/predictions.jsonl, metrics.json and report.html, and prints the metrics.
+Started as several processes (scripts/launch_local.py, a pod slice), they score as one program and
+process 0 writes and prints them.
 Ctrl-C (SIGINT) or SIGTERM stops after the batch being scored: the items scored so far are
 kept, no metrics or report are written, one line says how far it got, and the exit code is 130
 or 143 (as scripts/train.py's). Rerunning the same command resumes; an EVAL_OUTPUT_DIR holding
@@ -14,6 +16,7 @@ task and mixture. Evaluating HEAP criteria also writes their averages (`heap_met
 from typing import Callable, Mapping, Sequence
 
 import gin
+import jax
 from absl import app
 from absl import flags
 
@@ -71,8 +74,9 @@ def main(argv: Sequence[str]) -> None:
   metrics = gin.get_configurable(evaluate_lib.evaluate)(
       run_config=gin.config_str(), metric_groups=heap_metric_groups(task_names),
       references=references.for_tasks(task_names))
-  print(format_metrics(metrics))
-  print(f"report: {gin.query_parameter('%EVAL_OUTPUT_DIR')}/report.html", flush=True)
+  if jax.process_index() == 0:  # the one process that wrote them
+    print(format_metrics(metrics))
+    print(f"report: {gin.query_parameter('%EVAL_OUTPUT_DIR')}/report.html", flush=True)
 
 
 if __name__ == "__main__":

@@ -93,31 +93,19 @@ def test_reward_training_batches_are_candidate_tensors_and_resume():
   np.testing.assert_array_equal(batch["candidate_labels"][:, 0], 1)
 
 
-def _as_process(monkeypatch, index, count):
-  monkeypatch.setattr(jax, "process_index", lambda: index)
-  monkeypatch.setattr(jax, "process_count", lambda: count)
-
-
 @pytest.mark.parametrize("candidates", [False, True])
-def test_each_process_reads_its_disjoint_rows_of_the_one_process_batches(monkeypatch, candidates):
-  """Two hosts' rows, stacked in process order, are exactly the batches one process reads: from
-  the start and resumed at a step (so 2 processes x 2 devices train as 1 x 4, and a run resumes
-  on another process count with the same data)."""
-  whole = _take(data.train_batches(TASK, LENGTHS, 4, candidates=candidates, seed=5), 4)
-  hosts = []
-  for index in range(2):
-    _as_process(monkeypatch, index, 2)
-    hosts.append(_take(data.train_batches(TASK, LENGTHS, 4, candidates=candidates, seed=5, start_step=1), 3))
-  for step, batch in enumerate(whole[1:]):
-    for name, value in batch.items():
-      first, second = hosts[0][step][name], hosts[1][step][name]
-      assert len(first) == len(second) == 2
-      np.testing.assert_array_equal(np.concatenate([first, second]), value)
-  ids = [tuple(row) for host in hosts for batch in host for row in batch["input_ids"]]
-  assert len(ids) == 12
-  _as_process(monkeypatch, 0, 3)
-  with pytest.raises(ValueError, match="batch size 4 is not divisible by the 3 processes"):
-    next(data.train_batches(TASK, LENGTHS, 4, candidates=candidates, seed=5))
+def test_every_process_reads_the_batches_one_process_reads(monkeypatch, candidates):
+  """No host-dependent sharding of the stream: process 1 of 2 reads the very batches of a single
+  process (partitioning.global_batch then keeps the rows its devices hold), so 2 processes x 2
+  devices train as 1 x 4, and a run resumes on another process count with the same data."""
+  whole = _take(data.train_batches(TASK, LENGTHS, 4, candidates=candidates, seed=5, start_step=1), 2)
+  monkeypatch.setattr(jax, "process_index", lambda: 1)
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  second = _take(data.train_batches(TASK, LENGTHS, 4, candidates=candidates, seed=5, start_step=1), 2)
+  for one, other in zip(whole, second):
+    assert one.keys() == other.keys()
+    for name in one:
+      np.testing.assert_array_equal(one[name], other[name])
 
 
 def test_candidate_batches_cover_every_item_once_and_pad_the_last_batch():

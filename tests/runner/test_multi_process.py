@@ -8,6 +8,7 @@ naming the lost one); a last rerun finishes. Its losses at every step and its fi
 must be the single process's, and its checkpoint must restore with 1 and with 4 processes on
 another mesh.
 """
+import importlib.util
 import json
 import os
 import pathlib
@@ -30,7 +31,9 @@ from runner import train
 from runner import trainer
 from tests.conftest import PROJECT_ROOT
 
-tf = pytest.importorskip("tensorflow")
+# The runs need TensorFlow (seqio); found without importing it, which takes seconds.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                                reason="scripts.train needs TensorFlow")
 
 STEPS = 20
 TINY_FLAGS = [f"--gin.TRAIN_STEPS={STEPS}", "--gin.BATCH_SIZE=8",
@@ -92,6 +95,7 @@ def launch(launcher_flags, arguments, env, at_line=None, send=None, to_process=1
 
 def logged_losses(model_dir) -> dict[int, list[float]]:
   """Every loss the run's TensorBoard events hold, by step, in the order written."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   losses = {}
   for path in sorted(pathlib.Path(model_dir, "train").glob("events.out.tfevents.*"), key=os.path.getmtime):
     for event in tf.compat.v1.train.summary_iterator(str(path)):

@@ -37,7 +37,8 @@ def test_two_processes_generate_the_file_one_process_generates(compilation_cache
   single = subprocess.Popen([sys.executable, *command("single.jsonl")], cwd=PROJECT_ROOT,
                             env=_env(compilation_cache, devices=4), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-  code, out, err, _ = launch(command("pod.jsonl"), _env(compilation_cache), processes=2, devices=2)
+  code, out, err, _ = launch(["--num_processes=2", "--devices_per_process=2"], command("pod.jsonl"),
+                             _env(compilation_cache))
   single_out, single_err = single.communicate(timeout=300)
   assert single.returncode == 0, single_err[-3000:]
   assert code == 0, err[-3000:]

@@ -91,3 +91,20 @@ def test_multi_host_detection_from_the_environment():
   assert partitioning.looks_multi_host({"JAX_COORDINATOR_ADDRESS": "10.0.0.2:1234"})
   partitioning.initialize_distributed(multi_host=False)  # a single process joins nothing
   assert jax.process_count() == 1
+
+
+def test_global_batch_places_the_rows_each_device_holds(run_python):
+  """On 8 devices, a (4, 2) mesh gives each device a quarter of the rows (replicated over `model`),
+  a (1, 8) mesh every row to every device; process_rows spans what this process's devices hold."""
+  out = run_python("""
+      import numpy as np
+      from runner import partitioning
+      batch = {"input_ids": np.arange(8 * 3, dtype=np.int32).reshape(8, 3)}
+      for shape in [(4, 2), (1, 8)]:
+        mesh = partitioning.create_mesh(*shape)
+        array = partitioning.global_batch(batch, mesh)["input_ids"]
+        np.testing.assert_array_equal(np.asarray(array), batch["input_ids"])
+        rows = sorted({len(shard.data) for shard in array.addressable_shards})
+        print(shape, rows, partitioning.process_rows(mesh, 8))
+      """, devices=8)
+  assert out.splitlines() == ["(4, 2) [2] (0, 8)", "(1, 8) [8] (0, 8)"]

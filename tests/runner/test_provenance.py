@@ -108,7 +108,7 @@ def test_an_empty_evaluation_split_stops_without_metrics(empty_advice_file, tmp_
     (dict(train_steps=-5), r"TRAIN_STEPS must be positive, got -5"),
     (dict(batch_size=0), r"BATCH_SIZE must be positive, got 0"),
     (dict(batch_size=3, accumulation_steps=2),
-     r"BATCH_SIZE 3 does not split over the processes \(1\) and the mesh's data axis \(1\) x "
+     r"BATCH_SIZE 3 does not split over the mesh's data axis \(1\) x "
      r"ACCUMULATION_STEPS \(2\); use a multiple of 2, e.g. 2"),
     (dict(vocabulary_size=32128),
      r"the vocabulary has 32128 ids but MODEL_CONFIG.vocab_size is 384"),
