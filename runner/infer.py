@@ -23,6 +23,7 @@ from models import decoding
 from models import reward as reward_lib
 from models.config import T5Config
 from runner import checkpoints
+from runner import data
 from runner import outputs
 from runner import partitioning
 from runner.progress import Progress
@@ -195,7 +196,8 @@ def task_inputs(task_name: str, split: str, feature_lengths) -> tuple[list[dict]
   task = seqio.get_mixture_or_task(task_name)
   if not isinstance(task, seqio.Task):
     raise ValueError(f"infer: {task_name!r} is a mixture; name one generation task")
-  dataset = task.get_dataset(dict(feature_lengths), split=split, shuffle=False, use_cached=False)
+  with data.graph_mode_maps():
+    dataset = task.get_dataset(dict(feature_lengths), split=split, shuffle=False, use_cached=False)
   rows, ids, index = [], [], {}
   for example in dataset.as_numpy_iterator():
     text = example["inputs_pretokenized"].decode("utf-8")

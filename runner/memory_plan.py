@@ -235,7 +235,7 @@ def plan(config: T5Config, *, mesh_shape, batch_size: int, feature_lengths: dict
            "partitioning.opt_state_shardings does" + (": Adafactor's factored row/column statistics"
                                                      " replicated" if name == "adafactor" else "")),
       Part("gradients", gradient_copies * param_bytes,
-           f"{gradient_copies} x {mib(param_bytes)}: the summed gradients and the gradients / loss units"
+           f"{gradient_copies} x {mib(param_bytes)}: the summed gradients and their mean over the batch"
            + (" and the accumulation carry" if accumulation_steps > 1 else "")),
       Part("optimizer update", param_bytes, f"1 x {mib(param_bytes)}: the update before apply_updates"),
       Part("batch", split_rows * (input_len + target_len * (decoder_rows // rows)) * 4,

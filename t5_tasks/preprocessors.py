@@ -140,11 +140,23 @@ def summary_inputs_text(subreddit: str, title: str, post: str,
   post = post.strip()
   if max_tokens is None or count_tokens(build(post)) <= max_tokens:
     return build(post)
+
+  def fits(cut):
+    return count_tokens(build(post[:cut].rstrip())) <= max_tokens
+
   for separator in ("\n", " "):
     cuts = [m.start() for m in re.finditer(re.escape(separator), post)]
-    for cut in reversed(cuts):
-      if count_tokens(build(post[:cut].rstrip())) <= max_tokens:
-        return build(post[:cut].rstrip())
+    # A longer prefix never has fewer tokens: the last cut that fits is found by bisection, in
+    # log(cuts) tokenizations instead of one per cut (a long post at a short length took seconds).
+    low, high = 0, len(cuts)  # cuts[:low] fit, cuts[high:] do not
+    while low < high:
+      middle = (low + high) // 2
+      if fits(cuts[middle]):
+        low = middle + 1
+      else:
+        high = middle
+    if low:
+      return build(post[:cuts[low - 1]].rstrip())
   return build("")
 
 

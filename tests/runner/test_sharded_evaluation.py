@@ -53,15 +53,16 @@ def test_evaluation_on_a_2x4_mesh_shards_the_model_and_matches_one_device(run_py
   assert difference <= 1e-5, difference
 
 
-def test_small_on_a_1x4_mesh_holds_a_quarter_per_device_and_scores_decodes_as_one_device(run_python):
+def test_small_on_a_1x4_mesh_holds_a_quarter_per_device_and_scores_as_one_device(run_python):
   """T5.1.1 small (gin/models/t5_1_1/small.gin), random, with a reward head, loaded by
   `checkpoints.load_params` onto mesh (data 1, model 4): the wide parameters are split four ways
   (their shardings, and each device's bytes against a count from the config alone), and
-  likelihoods, rewards and greedy tokens computed there equal one unsharded device's."""
+  likelihoods and rewards computed there equal one unsharded device's. (Decoding inside a mesh that
+  spans processes: tests/runner/test_multi_process_generation.py, on the tiny model.)"""
   out = run_python("""
       import json
       import flax, jax, numpy as np
-      from models import decoding, reward as reward_lib, scoring
+      from models import reward as reward_lib, scoring
       from models.config import T5Config
       from runner import checkpoints, partitioning
 
@@ -92,8 +93,7 @@ def test_small_on_a_1x4_mesh_holds_a_quarter_per_device_and_scores_decodes_as_on
 
       def computed(p):
         return (np.asarray(scoring.score_candidates(config, p, ids, candidates)),
-                np.asarray(reward_lib.reward(config, p, ids, candidates)),
-                np.asarray(decoding.sample(config, p, ids, jax.random.PRNGKey(0), max_length=8, greedy=True)))
+                np.asarray(reward_lib.reward(config, p, ids, candidates)))
 
       with partitioning.activate(mesh):
         sharded = computed(params)
@@ -102,8 +102,7 @@ def test_small_on_a_1x4_mesh_holds_a_quarter_per_device_and_scores_decodes_as_on
           "per_device": per_device, "total": sum(leaf.nbytes for leaf in leaves.values()),
           "placement": placement,
           "score_difference": float(np.abs(sharded[0] - single[0]).max()),
-          "reward_difference": float(np.abs(sharded[1] - single[1]).max()),
-          "tokens_equal": bool(np.array_equal(sharded[2], single[2])), "tokens": sharded[2].tolist()}))
+          "reward_difference": float(np.abs(sharded[1] - single[1]).max())}))
       """, devices=4)
   found = json.loads(out.splitlines()[-1])
   print("bytes per device", found["per_device"], "of", found["total"])
@@ -126,4 +125,3 @@ def test_small_on_a_1x4_mesh_holds_a_quarter_per_device_and_scores_decodes_as_on
   assert found["placement"]["encoder/relpos_bias/rel_embedding"][1] == [[heads, buckets]]
   assert found["placement"]["reward_head/kernel"][1] == [[emb, 1]]
   assert found["score_difference"] <= 1e-5 and found["reward_difference"] <= 1e-5, found
-  assert found["tokens_equal"], found["tokens"]
