@@ -94,7 +94,7 @@ def check(config: T5Config, *, mesh_shape, batch_size: int, feature_lengths: dic
                 "use devices with more memory or a smaller model.")
   else:
     data, model = alternative.mesh_shape
-    flags = [f"--gin.MESH_SHAPE=({data},{model})"]
+    flags = [f'--gin.MESH_SHAPE="({data}, {model})"']  # quoted: pasted into a shell as it stands
     if alternative.accumulation_steps != accumulation_steps:
       flags.append(f"--gin.ACCUMULATION_STEPS={alternative.accumulation_steps}")
     if alternative.remat and not remat:

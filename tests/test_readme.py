@@ -671,7 +671,7 @@ def check_preflight(ws: Workspace, command: str, result) -> None:
   assert result.returncode == 1 and "Traceback" not in output, output[-3000:]
   assert "mesh: data 32 x model 8 = 256 devices" in result.stdout, result.stdout[-3000:]
   assert "does NOT fit in 16.00 GiB per device" in result.stdout, result.stdout[-3000:]
-  suggestion = re.search(r"e\.g\. (--gin\.MESH_SHAPE=\(\d+,\d+\)[^.]*)\.", result.stderr)
+  suggestion = re.search(r'e\.g\. (--gin\.MESH_SHAPE="\(\d+, \d+\)"[^.]*)\.', result.stderr)
   assert "the memory plan does not fit" in result.stderr and suggestion, result.stderr[-3000:]
   fitting = run_preflight(ws, f"{command} {suggestion[1]}")
   assert_ran(fitting)

@@ -125,7 +125,7 @@ def test_xxl_on_32_by_8_of_16_gib_says_whether_it_fits_and_why(launched):
   # Parameters, two gradient copies and the update alone are 4 x 5.19 GiB: more than 16 GiB.
   assert 4 * expected > 16 * 2 ** 30
   assert "does NOT fit in 16.00 GiB per device" in out
-  assert "the memory plan does not fit" in err and "--gin.MESH_SHAPE=(" in err
+  assert "the memory plan does not fit" in err and '--gin.MESH_SHAPE="(' in err
 
 
 def test_a_plan_that_does_not_fit_raises_with_the_arithmetic_and_a_mesh_that_fits():
@@ -135,7 +135,7 @@ def test_a_plan_that_does_not_fit_raises_with_the_arithmetic_and_a_mesh_that_fit
     preflight.check(config, mesh_shape=(4, 1), batch_size=8, feature_lengths=lengths, device_memory_gib=1.0)
   message = str(raised.value)
   assert "1.00 GiB" in message and "parameters 293.6 MiB" in message and "gradients 587.2 MiB" in message
-  suggested = message.split("--gin.MESH_SHAPE=(")[1].split(")")[0]
+  suggested = message.split('--gin.MESH_SHAPE="(')[1].split(")")[0]
   data, model = map(int, suggested.split(","))
   assert memory_plan.plan(config, mesh_shape=(data, model), batch_size=8,
                           feature_lengths=lengths).fits(2 ** 30)
