@@ -147,7 +147,7 @@ def check_settings(*, train_steps: int, batch_size: int, accumulation_steps: int
 
 def _print_preflight(model_config, mesh, *, batch_size, feature_lengths, device_memory_gib, **plan_settings):
   """Prints what the run is about to do (runner/preflight.py: processes, devices, mesh, batch,
-  memory plan), and each process the rows of every global batch it reads; stops a run whose
+  memory plan), and each process the rows of every global batch its devices hold; stops a run whose
   memory plan does not fit its devices, before anything is allocated. Batches from a
   `batch_source` have no configured lengths to plan with: none is printed."""
   if feature_lengths is None:
