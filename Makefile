@@ -36,7 +36,8 @@ lock:
 	rm -rf $(LOCK_VENV)
 
 # loadfile: each module runs on one worker, so its module fixtures (trained runs, the README's
-# workspace) are built once. (xdist_group marks are ignored under pytest 9 with xdist 3.8.)
+# workspace) are built once. (xdist_group marks are ignored under pytest 9 with xdist 3.8.) The
+# longest modules start first (tests/conftest.py LONGEST_MODULES), not those with the most tests.
 # The demo report's browser check renders it in headless Chromium: installed here when absent and
 # apt-get can (as root), else that check is skipped, saying why.
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
@@ -44,7 +45,7 @@ test: $(STAMP)
 ifeq ($(CHROMIUM),)
 	-[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq chromium >/dev/null || echo "chromium not installed: the report's browser check will be skipped"
 endif
-	$(PY) -m pytest -q -n 2 --dist loadfile tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 
 # Trains the tiny model on the quickstart mixture, evaluates it offline, prints where the report is.
 # Rerunning resumes: a finished run and evaluation are not repeated (rm -rf runs/quickstart to redo).

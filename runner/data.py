@@ -119,6 +119,10 @@ def _text(value):
   return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
+def example_id(example: Mapping[str, Any]) -> str:
+  return str(_text(example["id"]))
+
+
 def example_metadata(example: Mapping[str, Any]) -> dict:
   """The non-token features of an example as JSON-ready Python values (bytes decoded)."""
   out = {}
@@ -245,6 +249,87 @@ def train_batches(mixture_or_task_name: str, feature_lengths: Mapping[str, int],
     yield candidate_arrays(chunk, *_lengths(feature_lengths))
 
 
+# Items sorted by length together (`bucketed_candidate_batches`): enough that batches of similar
+# lengths form, few enough that a large task's examples are not all held at once.
+BUCKET_WINDOW = 4096
+
+
+# Examples `candidate_examples` takes from tf.data per step. Each step out of tf.data costs
+# milliseconds of Python and eager overhead (about as much as the task's whole pipeline), so
+# examples come in groups and are split in numpy; a group is a few evaluation batches.
+READ_GROUP = 128
+
+
+def _ragged_numpy(values: np.ndarray, splits: Sequence[np.ndarray]) -> np.ndarray:
+  """What `tf.RaggedTensor.numpy()` returns for (flat values, nested row splits): rows as a 1-D
+  object array where their lengths differ, else stacked (its own code, on numpy arrays)."""
+  if len(splits) > 1:
+    values = _ragged_numpy(values, splits[1:])
+  rows = [values[a:b] for a, b in zip(splits[0][:-1], splits[0][1:])]
+  if not rows:
+    return np.zeros((0, 0) + values.shape[1:], values.dtype)
+  return np.array(rows, dtype=object if any(len(row) != len(rows[0]) for row in rows) else None)
+
+
+def _feature_rows(value) -> list:
+  """A feature of a `ragged_batch` group -> each example's value, as `as_numpy_iterator` gives it
+  for one example: bytes or numpy scalars, arrays, ragged features as `_ragged_numpy` (read-only
+  arrays, as tf.data's)."""
+  if not hasattr(value, "nested_row_splits"):  # dense: fixed shape in every example
+    array = value.numpy()
+    array.setflags(write=False)
+    return list(array)
+  flat = value.flat_values.numpy()
+  splits = [s.numpy() for s in value.nested_row_splits]
+  out = []
+  for i in range(len(splits[0]) - 1):
+    start, stop = splits[0][i], splits[0][i + 1]
+    inner = []  # this example's own row splits, from 0
+    for level in splits[1:]:
+      inner.append(level[start:stop + 1] - level[start])
+      start, stop = level[start], level[stop]
+    row = _ragged_numpy(flat[start:stop], inner) if inner else flat[start:stop]
+    row.setflags(write=False)
+    out.append(row)
+  return out
+
+
+def _grouped_examples(dataset, size: int) -> Iterator[dict]:
+  if not hasattr(dataset, "ragged_batch"):  # not a tf.data.Dataset: a stand-in that only iterates (tests)
+    yield from dataset.as_numpy_iterator()
+    return
+  for group in dataset.ragged_batch(size).prefetch(1):
+    features = {name: _feature_rows(value) for name, value in group.items()}
+    for i in range(len(next(iter(features.values())))):
+      yield {name: rows[i] for name, rows in features.items()}
+
+
+def candidate_examples(task_name: str, split: str, feature_lengths: Mapping[str, int], use_cached=False,
+                       group: int = READ_GROUP):
+  """(iterator over the task's tokenized examples in its order, the candidates' vocabulary).
+
+  The examples are exactly `as_numpy_iterator`'s, read `group` at a time (READ_GROUP).
+  """
+  task = get_provider(task_name)
+  with graph_mode_maps():
+    dataset = task.get_dataset(dict(feature_lengths), split, use_cached=use_cached, shuffle=False, num_epochs=1)
+  return _grouped_examples(dataset, group), task.output_features["candidates"].vocabulary
+
+
+def candidate_batch(examples: Sequence[Mapping[str, Any]], feature_lengths: Mapping[str, int], batch_size: int,
+                    vocabulary, num_candidates=None) -> dict[str, np.ndarray]:
+  """One evaluation batch of `examples` (at most `batch_size`), as `candidate_batches` describes."""
+  real = len(examples)
+  arrays = candidate_arrays(examples, *_lengths(feature_lengths), num_candidates)
+  arrays["score_mask"] = np.asarray(scoring.span_score_mask(arrays["candidate_ids"], first_sentinel_id(vocabulary),
+                                                            vocabulary.eos_id))
+  arrays.update(scored_text_lengths(vocabulary, arrays["candidate_ids"], arrays["score_mask"]))
+  batch = {name: np.pad(value, [(0, batch_size - real)] + [(0, 0)] * (value.ndim - 1))
+           for name, value in arrays.items()}
+  batch["example_mask"] = np.arange(batch_size) < real
+  return batch
+
+
 def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, int], batch_size: int, *,
                       use_cached=False, num_candidates=None) -> Iterator[tuple[list[dict], dict[str, np.ndarray]]]:
   """Every example of a cloze/preference task exactly once, in the task's order, for evaluation.
@@ -256,18 +341,38 @@ def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, 
   those tokens decode to, for per-character and per-byte normalisation.
   Metadata holds every non-token feature (id, *_pretokenized texts, candidate_rules, ...).
   """
-  task = get_provider(task_name)
-  vocabulary = task.output_features["candidates"].vocabulary
-  first_sentinel = first_sentinel_id(vocabulary)
-  with graph_mode_maps():
-    dataset = task.get_dataset(dict(feature_lengths), split, use_cached=use_cached, shuffle=False, num_epochs=1)
-  for chunk in _chunks(dataset.as_numpy_iterator(), batch_size):
-    real = len(chunk)
-    arrays = candidate_arrays(chunk, *_lengths(feature_lengths), num_candidates)
-    arrays["score_mask"] = np.asarray(scoring.span_score_mask(arrays["candidate_ids"], first_sentinel,
-                                                              vocabulary.eos_id))
-    arrays.update(scored_text_lengths(vocabulary, arrays["candidate_ids"], arrays["score_mask"]))
-    batch = {name: np.pad(value, [(0, batch_size - real)] + [(0, 0)] * (value.ndim - 1))
-             for name, value in arrays.items()}
-    batch["example_mask"] = np.arange(batch_size) < real
-    yield [example_metadata(example) for example in chunk], batch
+  examples, vocabulary = candidate_examples(task_name, split, feature_lengths, use_cached)
+  for chunk in _chunks(examples, batch_size):
+    yield ([example_metadata(example) for example in chunk],
+           candidate_batch(chunk, feature_lengths, batch_size, vocabulary, num_candidates))
+
+
+def length_key(example: Mapping[str, Any], feature_lengths: Mapping[str, int]) -> tuple[int, ...]:
+  """(input bucket, candidate bucket, candidates, input length, longest candidate): the order in
+  which `bucketed_candidate_batches` groups examples, so that a batch's rows need alike padding."""
+  input_limit, candidate_limit = _lengths(feature_lengths)
+  inputs = min(len(example["inputs"]), input_limit)
+  rows = _rows(example["candidates"])
+  longest = min(max((len(row) for row in rows), default=1), candidate_limit)
+  return (bucket_length(inputs, input_limit), bucket_length(longest, candidate_limit), len(rows), inputs,
+          longest)
+
+
+def bucketed_candidate_batches(examples: Iterator[Mapping[str, Any]], feature_lengths: Mapping[str, int],
+                               batch_size: int, vocabulary, num_candidates=None, window: int = BUCKET_WINDOW
+                               ) -> Iterator[tuple[list[int], list[dict], dict[str, np.ndarray]]]:
+  """`candidate_batches` of `examples` (`candidate_examples`' iterator) grouped by length: yields
+  (each real row's position in the examples' order, metadata, batch).
+
+  Each `window` examples are sorted by `length_key` (ties by position, so every process forms the
+  same batches) and batched in that order; after `trim_padding` a batch pads little beyond its own
+  longest row, and its shape is one of the few power-of-two buckets.
+  """
+  start = 0
+  for items in _chunks(examples, window):
+    order = sorted(range(len(items)), key=lambda i: (length_key(items[i], feature_lengths), i))
+    for rows in _chunks(iter(order), batch_size):
+      chunk = [items[i] for i in rows]
+      yield ([start + i for i in rows], [example_metadata(example) for example in chunk],
+             candidate_batch(chunk, feature_lengths, batch_size, vocabulary, num_candidates))
+    start += len(items)

@@ -6,8 +6,10 @@ tokens its score mask marks, then normalised as NORMALIZATIONS lists) or its rew
 log-likelihood and token count give the task's loss and perplexity (model selection by
 validation perplexity, as TuringAdvice §5 does). Per item, one JSON line
 (`runner.outputs` format) holds every candidate's score, the prediction, the gold labels and
-the task's metadata. Lines are appended as batches finish, so an interrupted evaluation skips
-the items already written when run again; metrics are computed from the finished file with the
+the task's metadata. Items are batched with items of alike lengths (less padding) and read on a
+thread while the device scores; lines are appended in the task's order as batches finish, so an
+interrupted evaluation skips the items already written when run again (and a resumed file is put
+back in order at the end); metrics are computed from the finished file with the
 task's own seqio score metric functions (95% bootstrap intervals), so a resumed run and an
 uninterrupted one give the same `metrics.json` (with, given `metric_groups`, each group's average
 over its tasks beside them: HEAP's clusters). SIGINT (Ctrl-C) or SIGTERM stops at the end of
@@ -26,14 +28,18 @@ data file read (path, size, sha256, records read and skipped) and the examples p
 vocabulary, feature lengths, scorer and normalisation, and the project's git commit. Resuming into
 a directory whose recorded provenance differs in anything that changes scores is refused.
 """
+import collections
 import contextlib
 import dataclasses
 import hashlib
 import itertools
 import json
 import os
+import queue
 import subprocess
-from typing import Callable, Mapping, Sequence
+import threading
+import time
+from typing import Callable, Iterator, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -162,51 +168,193 @@ def distinct_ids(ids, occurrences: dict[str, int]) -> list[str]:
   return out
 
 
+# Host batches read ahead of the one being scored: reading, tokenizing and padding them runs on a
+# thread while the device scores.
+PREFETCH_BATCHES = 2
+
+
+@dataclasses.dataclass
+class TaskStats:
+  """What `score_task` did: items scored, its wall time, and the tokens it sent to the device.
+
+  `real_tokens` counts the non-padding input and candidate ids of the arrays scored, `positions`
+  every position of them (the input once per row, candidates K x T per row, padded rows included).
+  `ids` are the task's item ids in its order (repeated ones numbered, as written)."""
+  task: str
+  items: int = 0
+  seconds: float = 0.0
+  input_tokens: int = 0
+  candidate_tokens: int = 0
+  positions: int = 0
+  batches: int = 0
+  shapes: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # (B, L, K, T): batches
+  ids: list = dataclasses.field(default_factory=list, repr=False)
+
+  @property
+  def real_tokens(self) -> int:
+    return self.input_tokens + self.candidate_tokens
+
+  @property
+  def items_per_s(self) -> float:
+    return self.items / self.seconds if self.seconds else 0.0
+
+  @property
+  def real_tokens_per_s(self) -> float:
+    return self.real_tokens / self.seconds if self.seconds else 0.0
+
+  @property
+  def padding_share(self) -> float:
+    return 1.0 - self.real_tokens / self.positions if self.positions else 0.0
+
+  def line(self) -> str:
+    return (f"{self.task}: {self.items} items in {self.seconds:.1f} s: {self.items_per_s:.1f} items/s, "
+            f"{self.real_tokens_per_s:,.0f} real tokens/s, padding {self.padding_share:.0%} of the tokens "
+            f"scored ({len(self.shapes)} batch shapes)")
+
+
+def _prefetched(batches: Iterator, size: int = PREFETCH_BATCHES) -> Iterator:
+  """`batches`, produced on a thread `size` ahead of the consumer. An error there is raised here;
+  when the consumer stops early (a signal, an error), the thread ends once the batch it is making
+  is made, unwaited for (a daemon: reading a window may take seconds)."""
+  entries = queue.Queue(maxsize=size)
+  stopped = threading.Event()
+  finished = object()
+
+  def offer(entry) -> bool:
+    """Queues `entry` unless the consumer has stopped; whether it was queued."""
+    while not stopped.is_set():
+      with contextlib.suppress(queue.Full):
+        entries.put(entry, timeout=0.1)
+        return True
+    return False
+
+  def produce():
+    try:
+      for batch in batches:
+        if not offer((batch, None)):
+          return
+      offer((finished, None))
+    except BaseException as error:  # pylint: disable=broad-except  # raised again by the consumer
+      offer((None, error))
+
+  thread = threading.Thread(target=produce, name="evaluation batches", daemon=True)
+  thread.start()
+  try:
+    while True:
+      batch, error = entries.get()
+      if error is not None:
+        raise error
+      if batch is finished:
+        return
+      yield batch
+  finally:
+    stopped.set()
+
+
+def _task_batches(task_name, split, feature_lengths, batch_size, use_cached, bucket_by_length):
+  """(each real row's position in the task's order, metadata with distinct ids (`distinct_ids`,
+  numbered in the task's order), batch), bucketed by length or in the task's order."""
+  occurrences: dict[str, int] = {}
+  if bucket_by_length and batch_size > 1:  # a one-item batch is trimmed to its own lengths already
+    examples, vocabulary = data.candidate_examples(task_name, split, feature_lengths, use_cached)
+
+    def numbered():
+      for example in examples:
+        [example["id"]] = distinct_ids([data.example_id(example)], occurrences)
+        yield example
+    yield from data.bucketed_candidate_batches(numbered(), feature_lengths, batch_size, vocabulary)
+    return
+  start = 0
+  for metadata, batch in data.candidate_batches(task_name, split, feature_lengths, batch_size, use_cached=use_cached):
+    for item, item_id in zip(metadata, distinct_ids([item["id"] for item in metadata], occurrences)):
+      item["id"] = item_id
+    yield list(range(start, start + len(metadata))), metadata, batch
+    start += len(metadata)
+
+
 def score_task(task_name: str, split: str, feature_lengths, batch_size: int, score_fn, params,
                appender: outputs.PredictionsAppender, total: int | None = None, mesh=None,
                rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached=False,
-               progress_every_s: float = 10.0, should_stop: Callable[[], bool] = lambda: False) -> int:
-  """Scores the items of one task not yet in `appender`; returns how many it wrote.
+               progress_every_s: float = 10.0, should_stop: Callable[[], bool] = lambda: False,
+               bucket_by_length: bool = True) -> TaskStats:
+  """Scores the items of one task not yet in `appender`; returns what it did (`TaskStats`) and
+  prints its line.
 
   Items must be told apart for resuming: a repeated id keeps it the first time and becomes
-  "id#1", "id#2", ... on later occurrences, in the task's fixed order. Before each batch
-  `should_stop()` is asked; when it says so the task stops there, its finished lines written.
+  "id#1", "id#2", ... on later occurrences, in the task's fixed order. `bucket_by_length` batches
+  items of alike lengths together (`data.bucketed_candidate_batches`: less padding); their lines
+  are still written in the task's order, each as soon as every item before it is written. Before
+  each batch `should_stop()` is asked; when it says so (or scoring raises) the task stops there,
+  every finished item written, the last ones perhaps out of order (`outputs.reorder_predictions`
+  puts a resumed file back in order). Batches are read and padded on a thread ahead of scoring.
   `batch_size` is global: with `mesh`, each process reads every batch and places on its devices
   the rows they hold (`partitioning.global_batch`); `score_fn` returns the whole batch's scores to
   every process, so every process calls `appender.write` for the same items.
   """
   progress = Progress(task_name, total, "items")
-  occurrences: dict[str, int] = {}
-  written = 0
-  for metadata, batch in data.candidate_batches(task_name, split, feature_lengths, batch_size,
-                                                  use_cached=use_cached):
-    if should_stop():
-      return written
-    ids = distinct_ids([item["id"] for item in metadata], occurrences)
-    todo = [(task_name, item_id) not in appender.done for item_id in ids]
-    if not any(todo):
-      progress.advance(len(metadata))
-      continue
-    input_ids, candidate_ids = data.trim_padding(batch["input_ids"], batch["candidate_ids"])
-    arrays = {"input_ids": input_ids, "candidate_ids": candidate_ids,
-              "score_mask": batch["score_mask"][..., :candidate_ids.shape[-1]]}
-    lengths = {"tokens": batch["score_mask"].sum(-1), "scored_chars": batch["scored_chars"],
-               "scored_bytes": batch["scored_bytes"]}
-    if mesh is not None:
-      arrays = partitioning.global_batch(arrays, mesh, rules)
-    scored = score_fn(params, arrays, lengths)
-    for i, item in enumerate(metadata):
-      if todo[i]:
+  stats = TaskStats(task_name)
+  started = time.perf_counter()
+  ids_at: dict[int, str] = {}  # position -> distinct id
+  finished: dict[int, dict | None] = {}  # position -> its line, None when written before
+  next_position = 0
+
+  def write_finished_in_order():
+    nonlocal next_position
+    while next_position in finished:
+      record = finished.pop(next_position)
+      if record is not None:
+        appender.write(record)
+      next_position += 1
+
+  batches = _prefetched(_task_batches(task_name, split, feature_lengths, batch_size, use_cached, bucket_by_length))
+  try:
+    for positions, metadata, batch in batches:
+      if should_stop():
+        break
+      ids = [item["id"] for item in metadata]
+      ids_at.update(zip(positions, ids))
+      todo = [(task_name, item_id) not in appender.done for item_id in ids]
+      if not any(todo):
+        finished.update(dict.fromkeys(positions))
+        write_finished_in_order()
+        progress.advance(len(metadata))
+        continue
+      input_ids, candidate_ids = data.trim_padding(batch["input_ids"], batch["candidate_ids"])
+      arrays = {"input_ids": input_ids, "candidate_ids": candidate_ids,
+                "score_mask": batch["score_mask"][..., :candidate_ids.shape[-1]]}
+      lengths = {"tokens": batch["score_mask"].sum(-1), "scored_chars": batch["scored_chars"],
+                 "scored_bytes": batch["scored_bytes"]}
+      if mesh is not None:
+        arrays = partitioning.global_batch(arrays, mesh, rules)
+      scored = score_fn(params, arrays, lengths)
+      for i, item in enumerate(metadata):
         extras = {name: values[i] for name, values in scored.items() if name != "scores"}
-        appender.write(item_record(task_name, ids[i], item, scored["scores"][i],
-                                   batch["candidate_labels"][i], batch["candidate_mask"][i], extras))
-        written += 1
-    progress.advance(len(metadata), int(np.count_nonzero(input_ids)) + int(np.count_nonzero(candidate_ids)))
-    if progress.seconds_since_report() >= progress_every_s:
-      progress.report()
+        finished[positions[i]] = item_record(task_name, ids[i], item, scored["scores"][i],
+                                             batch["candidate_labels"][i], batch["candidate_mask"][i],
+                                             extras) if todo[i] else None
+      write_finished_in_order()
+      input_tokens, candidate_tokens = int(np.count_nonzero(input_ids)), int(np.count_nonzero(candidate_ids))
+      stats.items += sum(todo)
+      stats.input_tokens += input_tokens
+      stats.candidate_tokens += candidate_tokens
+      stats.positions += input_ids.size + candidate_ids.size
+      stats.batches += 1
+      stats.shapes[input_ids.shape + candidate_ids.shape[1:]] += 1
+      progress.advance(len(metadata), input_tokens + candidate_tokens)
+      if progress.seconds_since_report() >= progress_every_s:
+        progress.report()
+  finally:
+    batches.close()  # stops the reading thread
+    for position in sorted(finished):  # stopped: items scored after a gap in the order, kept
+      if finished[position] is not None:
+        appender.write(finished[position])
+    stats.seconds = time.perf_counter() - started
+    stats.ids = [ids_at[p] for p in sorted(ids_at)]
   if progress.done:
     progress.report()
-  return written
+  if stats.items and jax.process_index() == 0:
+    print(stats.line(), flush=True)
+  return stats
 
 
 def _number(value) -> float:
@@ -464,7 +612,7 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
              logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached_tasks=False,
              multi_host: bool | None = None, run_config: str | None = None,
              metric_groups: Mapping[str, Sequence[str]] | None = None,
-             references: report.References | None = None) -> dict:
+             references: report.References | None = None, bucket_by_length: bool = True) -> dict:
   """Scores a task or mixture with a checkpoint; writes predictions, metrics.json and report.html.
 
   Returns the metrics (`{task or group: {metric: {"value", "low", "high"}}}`). On SIGINT or SIGTERM it
@@ -483,9 +631,12 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   a resumed evaluation may name other groups. `references` (`{task: [(metric, label, value,
   source), ...]}`, plain data: scripts/evaluate.py builds it from t5_tasks.references) puts the
   papers' figures on the report. The report also lists each task's items most wrong
-  (`worst_items`).
+  (`worst_items`). `bucket_by_length` (BUCKET_BY_LENGTH) batches items of alike lengths together
+  (`score_task`); predictions.jsonl holds the items in the tasks' order either way.
   """
   check_scoring(scorer, normalization)
+  if not isinstance(bucket_by_length, bool):
+    raise ValueError(f"BUCKET_BY_LENGTH must be True or False, got {bucket_by_length!r}")
   partitioning.initialize_distributed(multi_host)
   mesh = partitioning.create_mesh(*mesh_shape)  # every process's devices: a model may outgrow a host
   rules = partitioning.as_rules(logical_axis_rules)
@@ -516,18 +667,24 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   with _predictions(output_dir) as appender, checkpoints.PreemptionGuard(stopping=stopping) as guard:
     if appender.done:
       print(f"resuming: {len(appender.done)} items already in {appender.path}", flush=True)
+    order = []  # (task, id) of every item, in the tasks' order
     for task in tasks:
       if guard.should_stop():
         break
-      score_task(task.name, split, task_feature_lengths, batch_size, score_fn, params, appender,
-                 total=task.num_input_examples(split), mesh=mesh, rules=rules,
-                 use_cached=use_cached_tasks, should_stop=lambda: guard.should_stop(next(batch_numbers)))
+      stats = score_task(task.name, split, task_feature_lengths, batch_size, score_fn, params, appender,
+                         total=task.num_input_examples(split), mesh=mesh, rules=rules,
+                         use_cached=use_cached_tasks, should_stop=lambda: guard.should_stop(next(batch_numbers)),
+                         bucket_by_length=bucket_by_length)
+      order += [(task.name, item_id) for item_id in stats.ids]
     totals = [t.num_input_examples(split) for t in tasks]
     total = None if None in totals else sum(totals)
     if guard.should_stop() and len(appender.done) != total:  # a signal after the last batch: done
       raise guard.interrupted(f"interrupted after {len(appender.done)}/{total or '?'} items, kept in "
                               f"{appender.path}; rerun the same command to resume")
     path = appender.path
+  if _writes_outputs():  # a resumed file holds the items scored before the stop, perhaps out of order
+    outputs.reorder_predictions(path, order)
+  _sync("evaluate: predictions.jsonl in the tasks' order")
   by_task = {}
   for record in outputs.read_predictions(path):
     by_task.setdefault(record["task"], []).append(record)

@@ -168,6 +168,21 @@ def read_written_ids(path: str) -> set[tuple[str, str]]:
   return {(r["task"], r["id"]) for r in records}
 
 
+def reorder_predictions(path: str, order: Iterable[tuple[str, str]]) -> bool:
+  """Rewrites `path` (atomically) with its lines in `order` of (task, id), lines not named there
+  after them as they were; each line byte for byte. Returns whether the file was out of order."""
+  with open(path, "rb") as f:
+    lines = f.read().splitlines(keepends=True)
+  rank = {key: i for i, key in enumerate(order)}
+  keys = [(r["task"], r["id"]) for r in map(json.loads, lines)]
+  sorted_lines = [line for _, _, line in sorted(
+      (rank.get(key, len(rank)), i, line) for i, (key, line) in enumerate(zip(keys, lines)))]
+  if sorted_lines == lines:
+    return False
+  atomic_write_bytes(path, b"".join(sorted_lines))
+  return True
+
+
 class PredictionsAppender:
   """Appends prediction lines to `out_dir/predictions.jsonl`, resuming a partial file.
 

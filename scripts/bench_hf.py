@@ -3,6 +3,8 @@
 The twin is saved with safetensors and read back through `models.checkpoint_import.load_hf_t5`,
 so both sides of every comparison run the same weights.
 """
+import copy
+
 import numpy as np
 import torch
 import transformers
@@ -97,6 +99,28 @@ def trainer(model, input_ids, target_ids, *, learning_rate=1e-3, device="cpu", a
     optimizer.zero_grad(set_to_none=True)
     return loss.item()
   return run
+
+
+def training_phases(model, input_ids, target_ids, *, learning_rate=1e-3, device="cpu"):
+  """Runners of the training step's phases, each on its own copy of `model`: `hf/forward` (the loss),
+  `hf/forward_backward`, `hf/optimizer` (one Adafactor step on gradients computed once) and
+  `hf/train_step` (the three together, as `trainer` runs them)."""
+  inputs = _long(input_ids, device)
+  labels = _long(target_ids, device).masked_fill(_long(target_ids, device) == 0, -100)
+  forward_model, backward_model, optimizer_model = (copy.deepcopy(model).train() for _ in range(3))
+  loss = lambda m: m(input_ids=inputs, attention_mask=inputs > 0, labels=labels).loss
+
+  def forward_backward():
+    loss(backward_model).backward()
+    backward_model.zero_grad(set_to_none=True)
+
+  loss(optimizer_model).backward()  # its gradients stay: each optimizer run steps on them
+  optimizer = transformers.optimization.Adafactor(
+      optimizer_model.parameters(), lr=learning_rate, scale_parameter=True, relative_step=False, warmup_init=False)
+  return {"hf/forward": lambda: loss(forward_model).item(), "hf/forward_backward": forward_backward,
+          "hf/optimizer": optimizer.step,
+          "hf/train_step": trainer(copy.deepcopy(model), input_ids, target_ids, learning_rate=learning_rate,
+                                   device=device)}
 
 
 def sampler(model, input_ids, *, new_tokens, top_p=0.95, greedy=False, device="cpu"):

@@ -31,7 +31,7 @@ from absl import flags
 
 from models import checkpoint_import, decoding, network, scoring
 from runner import partitioning, trainer
-from scripts import bench_flops, bench_report, bench_timing
+from scripts import bench_evaluation, bench_flops, bench_profile, bench_report, bench_timing
 
 try:
   import torch
@@ -41,11 +41,12 @@ except ImportError as error:  # a JAX-only machine
   torch = bench_hf = None
   HF_MISSING = str(error)
 
-SUITES = ("scoring", "training", "generation", "import")
+SUITES = ("scoring", "training", "generation", "import", "evaluation", "profile")
+DEFAULT_SUITES = SUITES[:-1]  # the profile (phases of a step, minutes at small) runs on request
 QUICK_REPS = 3
 
 _MODEL = flags.DEFINE_enum("model", "small", ["tiny", "small", "base", "large"], "T5.1.1 size (gin/models/t5_1_1).")
-_SUITES = flags.DEFINE_list("suites", "scoring,training,generation,import", "Suites to run.")
+_SUITES = flags.DEFINE_list("suites", ",".join(DEFAULT_SUITES), f"Suites to run, of {', '.join(SUITES)}.")
 _REPS = flags.DEFINE_integer("reps", 7, "Interleaved timed repetitions (each runs every contender once), "
                              "after one warm-up; at least 7 for numbers to read.")
 _JSON = flags.DEFINE_string("json", None, "Write one JSON object per measurement to this file.")
@@ -289,7 +290,8 @@ def import_suite(bench: Bench) -> list[dict]:
 
 
 SUITE_FUNCTIONS = {"scoring": scoring_suite, "training": training_suite, "generation": generation_suite,
-                   "import": import_suite}
+                   "import": import_suite, "profile": lambda bench: bench_profile.profile_suite(bench, token_ids, bench_hf),
+                   "evaluation": bench_evaluation.evaluation_suite}
 
 
 def make_bench(model: str, device: str, dtype: str, reps: int, seed: int, directory) -> Bench:
@@ -317,7 +319,7 @@ def make_bench(model: str, device: str, dtype: str, reps: int, seed: int, direct
   return Bench(config, jax.device_put(params), hf_model, torch_device, reps, seed, meta)
 
 
-def run(model="small", suites=SUITES, reps=7, device="cpu", dtype=None, seed=0, quick=False) -> list[dict]:
+def run(model="small", suites=DEFAULT_SUITES, reps=7, device="cpu", dtype=None, seed=0, quick=False) -> list[dict]:
   """Runs the suites and returns their records (see scripts/bench_report.py); `quick`: QUICK_REPS
   repetitions of QUICK_SHAPES, to check that everything runs."""
   unknown = set(suites) - set(SUITES)

@@ -4,6 +4,9 @@ compilation cache for the whole run.
 The suite compiles the same tiny steps many times (each `train`, `evaluate` and script process
 jits its own functions). JAX's persistent cache, one directory for every xdist worker and every
 subprocess of a run, compiles each program once; what runs is the same executable either way.
+Compilation is still half of the in-process tests' time (about 1,000 programs), so XLA compiles
+for speed of compilation (FAST_COMPILE, in XLA_FLAGS for every worker and subprocess): LLVM's
+optimisations change how fast the tiny programs run, not what they compute (~20% less CPU).
 """
 import os
 import pathlib
@@ -15,16 +18,49 @@ import pytest
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 _CACHE_VARIABLES = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")
+FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+
+
+def xla_flags(devices: int | None = None) -> str:
+  """XLA_FLAGS for a test's subprocess: the suite's FAST_COMPILE, and `devices` simulated CPU devices."""
+  return FAST_COMPILE + (f" --xla_force_host_platform_device_count={devices}" if devices else "")
 
 
 def pytest_configure(config):
   """In the controlling process, before JAX is imported and before xdist starts its workers
-  (which inherit the environment): a fresh cache directory for this run."""
+  (which inherit the environment): a fresh cache directory for this run, and FAST_COMPILE."""
+  if FAST_COMPILE not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
   if hasattr(config, "workerinput") or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     return
   config.jax_cache_dir = tempfile.mkdtemp(prefix="jax_compilation_cache_")
   os.environ.update(JAX_COMPILATION_CACHE_DIR=config.jax_cache_dir,
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+
+
+# The modules that take longest (seconds of one fresh-clone `make test`, 2 cores), started first:
+# xdist hands out whole modules (--dist loadfile), and one of these handed out last keeps one
+# worker busy minutes after the other has finished (the Makefile turns off xdist's own order,
+# most tests first, which put the multi-process modules last).
+LONGEST_MODULES = (
+    "tests/test_readme.py",  # 440
+    "tests/runner/test_multi_process.py",  # 365
+    "tests/runner/test_evaluate.py",  # 155
+    "tests/runner/test_train_entry.py",  # 134
+    "tests/scripts/test_best_of_n.py",  # 112
+    "tests/runner/test_multi_process_evaluation.py",  # 108
+    "tests/runner/test_memory_plan.py",  # 101
+    "tests/runner/test_sharded_evaluation.py",  # 92
+    "tests/runner/test_learning.py",  # 91
+)
+
+
+def pytest_collection_modifyitems(config, items):
+  del config
+  def rank(item):
+    module = item.nodeid.split("::")[0]
+    return LONGEST_MODULES.index(module) if module in LONGEST_MODULES else len(LONGEST_MODULES)
+  items.sort(key=rank)  # stable: the rest keep their order
 
 
 def pytest_unconfigure(config):

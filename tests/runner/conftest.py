@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import PROJECT_ROOT
+from tests.conftest import PROJECT_ROOT, xla_flags
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +23,7 @@ def python_runner(cache_dir, cwd):
   """run(code, devices=1, expect_returncode=0) -> stdout of `code` run in a fresh interpreter in `cwd`."""
   def run(code, devices=1, expect_returncode=0):
     env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), JAX_PLATFORMS="cpu",
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               XLA_FLAGS=xla_flags(devices),
                JAX_COMPILATION_CACHE_DIR=str(cache_dir),
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env,

@@ -1,6 +1,9 @@
 """An item's scores do not depend on how evaluation batched it: the same items scored with batch
-sizes 1, 3, 8 and 32 through runner.evaluate.score_task (batching, padding to the batch's longest
-row and most candidates, power-of-two trimming, the mesh, predictions.jsonl) give the same lines.
+sizes 1, 3, 8 and 32, in the task's order and bucketed by length, through
+runner.evaluate.score_task (batching, padding to the batch's longest row and most candidates,
+power-of-two trimming, the mesh, predictions.jsonl) give the same lines, in the task's order.
+An evaluation stopped mid-task and resumed writes what an uninterrupted one does, and bucketing
+pads less (counted from the arrays the scorer was given).
 
 The items are quickstart-like (TimeDial- and ASQ-like clozes, a span-corruption candidate) of
 different lengths and candidate counts, tokenized by bytes as the quickstart's vocabulary does; only
@@ -75,18 +78,22 @@ def quickstart_like(monkeypatch):
   monkeypatch.setattr(data, "get_provider", lambda name: task)
 
 
-def _score(tmp_path, params, scorer, batch_size):
-  mesh = partitioning.create_mesh(1, 1, devices=jax.devices()[:1])
-  score_fn = evaluate.make_score_fn(CONFIG, scorer, "token", mesh)
-  out = tmp_path / f"{scorer}_{batch_size}"
+MESH = partitioning.create_mesh(1, 1, devices=jax.devices()[:1])
+
+
+def _score(tmp_path, params, scorer, batch_size, bucket=True, should_stop=lambda: False, name=None):
+  score_fn = evaluate.make_score_fn(CONFIG, scorer, "token", MESH)
+  out = tmp_path / (name or f"{scorer}_{batch_size}_{bucket}")
   with outputs.PredictionsAppender(str(out)) as appender:
-    evaluate.score_task("quickstart_like", "test", LENGTHS, batch_size, score_fn, params, appender, mesh=mesh)
-  return outputs.read_predictions(str(out / outputs.PREDICTIONS_FILE))
+    stats = evaluate.score_task("quickstart_like", "test", LENGTHS, batch_size, score_fn, params, appender,
+                                mesh=MESH, bucket_by_length=bucket, should_stop=should_stop)
+  return outputs.read_predictions(str(out / outputs.PREDICTIONS_FILE)), stats
 
 
 def _assert_batch_invariant(tmp_path, params, scorer, extras=()):
-  by_size = {size: _score(tmp_path, params, scorer, size) for size in BATCH_SIZES}
-  reference = by_size[1]
+  by_size = {(size, bucket): _score(tmp_path, params, scorer, size, bucket)[0]
+             for size in BATCH_SIZES for bucket in (False, True)}
+  reference = by_size[1, False]
   assert [r["id"] for r in reference] == [item["id"] for item in ITEMS]
   for size, records in by_size.items():
     assert [r["id"] for r in records] == [r["id"] for r in reference], size
@@ -118,3 +125,77 @@ def test_the_items_are_padded_differently_by_different_batch_sizes():
 def test_rewards_do_not_depend_on_the_batch_size(tmp_path, quickstart_like):
   params = reward_lib.init_reward_params(CONFIG, jax.random.PRNGKey(1))
   _assert_batch_invariant(tmp_path, params, "reward")
+
+
+def _assert_first_batch(records):
+  """Three of the four short items, written in the task's order."""
+  ids = [r["id"] for r in records]
+  assert len(ids) == 3 and all(i.startswith("asq") for i in ids), ids
+  assert ids == sorted(ids, key=[item["id"] for item in ITEMS].index)
+
+
+def _stop_after(batches: int):
+  asked = []
+  return lambda: asked.append(1) or len(asked) > batches
+
+
+def test_a_stopped_bucketed_evaluation_resumes_to_the_uninterrupted_file(tmp_path, quickstart_like):
+  """Stopped after the first batch (bucketed: three of the short ASQ-like items), the finished items
+  are kept; resumed, the rest are scored, and the file put in order is the uninterrupted run's,
+  byte for byte."""
+  params = init_params(CONFIG, jax.random.PRNGKey(0))
+  _, whole = _score(tmp_path, params, "likelihood", 3, name="whole")
+  records, stats = _score(tmp_path, params, "likelihood", 3, should_stop=_stop_after(1), name="resumed")
+  _assert_first_batch(records)
+  assert stats.items == 3
+  records, stats = _score(tmp_path, params, "likelihood", 3, name="resumed")
+  assert stats.items == len(ITEMS) - 3 and stats.ids == whole.ids == [item["id"] for item in ITEMS]
+  assert [r["id"] for r in records] != stats.ids  # the first run's items came first
+  path = tmp_path / "resumed" / outputs.PREDICTIONS_FILE
+  assert outputs.reorder_predictions(str(path), [("quickstart_like", i) for i in stats.ids])
+  assert path.read_bytes() == (tmp_path / "whole" / outputs.PREDICTIONS_FILE).read_bytes()
+
+
+def test_an_error_reading_the_items_is_raised_with_its_message(tmp_path, quickstart_like, monkeypatch):
+  """Batches are made on a thread: its error reaches the caller, and the items scored before stay written."""
+  made = []
+
+  def failing(examples, *args, **kwargs):
+    if made:
+      raise ValueError(f"item {data.example_id(examples[0])}: bad candidates")
+    made.append(1)
+    return real(examples, *args, **kwargs)
+  real = data.candidate_batch
+  monkeypatch.setattr(data, "candidate_batch", failing)
+  with pytest.raises(ValueError, match=r"item \S+: bad candidates"):
+    _score(tmp_path, init_params(CONFIG, jax.random.PRNGKey(0)), "likelihood", 3, name="failing")
+  _assert_first_batch(outputs.read_predictions(str(tmp_path / "failing" / outputs.PREDICTIONS_FILE)))
+
+
+@pytest.mark.parametrize("batch_size", [2, 3])
+def test_bucketing_pads_less_and_the_counts_are_the_arrays_scored(tmp_path, quickstart_like, batch_size):
+  """Short and long items alternate: in the task's order most batches hold both, bucketed few do.
+  TaskStats' tokens and positions are counted again here from the arrays the scorer received."""
+  def counted(stats_of):
+    def score(params, arrays, lengths):
+      del params, lengths
+      stats_of.append((int(np.count_nonzero(arrays["input_ids"])) + int(np.count_nonzero(arrays["candidate_ids"])),
+                       arrays["input_ids"].size + arrays["candidate_ids"].size))
+      return {"scores": np.zeros(arrays["candidate_ids"].shape[:2])}
+    return score
+
+  real_tokens = sum(min(len(item["inputs"]), LENGTHS["inputs"])
+                    + sum(min(len(c), LENGTHS["targets"]) for c in item["candidates"]) for item in ITEMS)
+  padding = {}
+  for bucket in (False, True):
+    sent = []
+    with outputs.PredictionsAppender(str(tmp_path / f"{bucket}")) as appender:
+      stats = evaluate.score_task("quickstart_like", "test", LENGTHS, batch_size, counted(sent), None, appender,
+                                  bucket_by_length=bucket)
+    assert stats.items == len(ITEMS) and stats.batches == len(sent) == -(-len(ITEMS) // batch_size)
+    assert stats.real_tokens == sum(tokens for tokens, _ in sent) == real_tokens
+    assert stats.positions == sum(positions for _, positions in sent)
+    assert stats.padding_share == pytest.approx(1 - real_tokens / stats.positions)
+    assert f"{stats.padding_share:.0%} of the tokens scored" in stats.line()
+    padding[bucket] = stats.padding_share
+  assert padding[True] < padding[False] - 0.1, padding

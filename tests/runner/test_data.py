@@ -127,6 +127,42 @@ def test_candidate_batches_cover_every_item_once_and_pad_the_last_batch():
       assert list(batch["candidate_labels"][row, :len(item["candidates"])]) == item["candidate_labels"]
 
 
+def _assert_same(ours, theirs):
+  """Equal values of the same types, dtypes, shapes and writability, down to ragged rows."""
+  assert type(ours) is type(theirs)
+  if isinstance(theirs, np.ndarray):
+    assert (ours.dtype, ours.shape, ours.flags.writeable) == (theirs.dtype, theirs.shape, theirs.flags.writeable)
+    if theirs.dtype == object:
+      for a, b in zip(ours, theirs):
+        _assert_same(a, b)
+    else:
+      np.testing.assert_array_equal(ours, theirs)
+  else:
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("group", [1, 3, 64])
+def test_candidate_examples_are_tf_datas_own_examples_read_in_groups(group):
+  with data.graph_mode_maps():
+    theirs = list(data.get_provider(TASK).get_dataset(LENGTHS, "train", shuffle=False, num_epochs=1)
+                  .as_numpy_iterator())
+  ours = list(data.candidate_examples(TASK, "train", LENGTHS, group=group)[0])
+  assert len(ours) == len(theirs) == len(ITEMS)
+  for a, b in zip(ours, theirs):
+    assert list(a) == list(b)
+    for name in b:
+      _assert_same(a[name], b[name])
+
+
+def test_grouped_ragged_features_split_as_ragged_tensor_numpy():
+  rows = [[[1, 2], [3]], [[4, 5], [6, 7]], [], [[8]]]  # rows of unequal, equal, no and one candidate
+  dataset = tf.data.Dataset.from_tensor_slices({"candidates": tf.ragged.constant(rows, tf.int32),
+                                                "id": tf.constant([b"a", b"b", b"c", b"d"])})
+  for ours, theirs in zip(data._grouped_examples(dataset, 3), dataset.as_numpy_iterator()):  # pylint: disable=protected-access
+    for name in theirs:
+      _assert_same(ours[name], theirs[name])
+
+
 def test_candidate_arrays_name_the_inconsistent_example():
   examples = [{"id": b"x1", "inputs": np.array([5, 1]), "candidates": [[4, 1], [6, 1]],
                "candidate_labels": np.array([1])}]

@@ -29,14 +29,16 @@ from runner import checkpoints
 from runner import partitioning
 from runner import train
 from runner import trainer
-from tests.conftest import PROJECT_ROOT
+from tests.conftest import PROJECT_ROOT, xla_flags
 
 # The runs need TensorFlow (seqio); found without importing it, which takes seconds.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
                                 reason="scripts.train needs TensorFlow")
 
 STEPS = 20
-TINY_FLAGS = [f"--gin.TRAIN_STEPS={STEPS}", "--gin.BATCH_SIZE=8",
+# One task of the quickstart mixture: every process builds its input pipeline, and the mixture's six
+# cost each of the seven training processes ~15 s more (the mixture is trained in tests/test_readme.py).
+TINY_FLAGS = [f"--gin.TRAIN_STEPS={STEPS}", "--gin.BATCH_SIZE=8", "--gin.MIXTURE_OR_TASK_NAME='heap_ah'",
               "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 16}",
               "--gin_bindings=train.train.checkpoint_every = 4", "--gin_bindings=train.train.log_every = 1"]
 HEARTBEAT_SECONDS = 10  # how soon the coordination service declares a killed process lost
@@ -60,7 +62,7 @@ def _env(compilation_cache, devices=None):
   env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), JAX_PLATFORMS="cpu",
              JAX_COMPILATION_CACHE_DIR=str(compilation_cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
   if devices:
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = xla_flags(devices)
   return env
 
 

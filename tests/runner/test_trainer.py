@@ -53,6 +53,27 @@ def test_cross_entropy_is_the_mean_over_real_target_tokens(sgd_step):
   np.testing.assert_allclose(float(metrics["loss"]), -picked[real].mean(), rtol=1e-5)
 
 
+def test_z_loss_value_and_gradient_match_optax_cross_entropy_plus_squared_log_normaliser():
+  """The step's loss with z-loss, and its update under SGD(1) (the gradient), against optax's
+  cross-entropy plus z * logsumexp^2 written out separately."""
+  z_loss = 0.5  # large, so that the z-loss term's gradient shows
+  batch = _text_batch(np.random.default_rng(3))
+  params, step = _one_device_step(optax.sgd(1.0), z_loss=z_loss)
+
+  def reference(p):
+    targets = jnp.asarray(batch["target_ids"])
+    logits = Transformer(TINY).apply({"params": p}, batch["input_ids"], np.pad(batch["target_ids"], ((0, 0), (1, 0)))[:, :-1])
+    token = (optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+             + z_loss * jnp.square(jax.nn.logsumexp(logits, axis=-1)))
+    weights = (targets > 0).astype(jnp.float32)
+    return (token * weights).sum() / weights.sum()
+
+  loss, grads = jax.jit(jax.value_and_grad(reference))(params)
+  new_params, _, metrics = step(batch)
+  np.testing.assert_allclose(float(metrics["loss"]), float(loss), rtol=1e-5)
+  jax.tree.map(lambda new, old, g: np.testing.assert_allclose(new, old - g, atol=1e-6), new_params, params, grads)
+
+
 def test_accumulating_two_microbatches_matches_one_large_batch(sgd_step):
   batch = _text_batch(np.random.default_rng(1))
   _, whole = sgd_step

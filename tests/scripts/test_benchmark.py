@@ -1,4 +1,5 @@
 """The benchmark end to end on the tiny config (no timed assertions), and its FLOP counts against the programs."""
+import functools
 import json
 import math
 import os
@@ -22,8 +23,6 @@ from tests.conftest import PROJECT_ROOT
 TINY = T5Config(vocab_size=96, emb_dim=32, num_heads=4, head_dim=8, mlp_dim=48,
                 num_encoder_layers=2, num_decoder_layers=3)
 OURS = {"scoring": "score_candidates", "training": "train_step", "generation": "sample"}
-# No timing is asserted, so XLA may compile for speed of compilation (halves this test's time).
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 BASELINES = {"scoring": {"score_pairs", "hf_t5"}, "training": {"hf_t5"}, "generation": {"hf_t5"}}
 
 
@@ -107,18 +106,25 @@ def _warned(lines: list[str], where: str) -> set[str]:
           for l in lines if l.startswith("WARNING")}
 
 
-def test_benchmark_end_to_end_on_tiny(tmp_path):
-  """--quick on tiny as a user runs it: every suite's contenders, and the printed medians, ranges,
-  loads and WARNING lines are the JSON's (computed again here from the per-repetition times)."""
-  path = tmp_path / "bench.jsonl"
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+  """(stdout, JSON records) of `--quick` on tiny as a user runs it, the profile suite included: one
+  process, so the profile's train steps are the training suite's, compiled once."""
+  path = tmp_path_factory.mktemp("bench") / "bench.jsonl"
   result = subprocess.run(
       [sys.executable, "-m", "scripts.benchmark", "--model=tiny", "--quick", f"--json={path}",
-       "--suites=scoring,training,generation"],  # the import suite: the test below
-      cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, check=False,
-      env=dict(os.environ, XLA_FLAGS=FAST_COMPILE))
+       "--suites=scoring,training,generation,profile"],  # the import and evaluation suites: below
+      cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
-  records = [json.loads(line) for line in path.read_text().splitlines()]
-  blocks = _blocks(result.stdout)
+  return result.stdout, [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_benchmark_end_to_end_on_tiny(quick_run):
+  """Every suite's contenders, and the printed medians, ranges, loads and WARNING lines are the
+  JSON's (computed again here from the per-repetition times)."""
+  stdout, records = quick_run
+  records = [r for r in records if r["suite"] != "profile"]
+  blocks = {where: lines for where, lines in _blocks(stdout).items() if not where.startswith("profile")}
   measured = [r for r in records if not r["impl"].endswith("_matmul")]
   assert {r["suite"] for r in measured} == set(OURS)
   assert set(blocks) == {f"{r['suite']} / {r['case']}" for r in measured}
@@ -157,7 +163,7 @@ def test_benchmark_end_to_end_on_tiny(tmp_path):
       assert _warned(lines, where) == should_warn, "\n".join(lines)
   scoring_agreement = [r["agreement"] for r in measured if r["impl"] == "score_candidates"]
   assert all(value <= benchmark.SCORE_TOLERANCE for a in scoring_agreement for value in a.values())
-  assert "[scoring / timedial]" in result.stdout  # --quick: one scoring case, of tiny shapes
+  assert "[scoring / timedial]" in stdout  # --quick: one scoring case, of tiny shapes
   assert measured[0]["shape"]["context"] == benchmark.QUICK_SHAPES["scoring_cases"][0].context
 
 
@@ -191,3 +197,86 @@ def test_import_suite_times_each_program_in_a_fresh_process(monkeypatch):
     _check_spread(row["seconds"], row["times_s"])
     assert row["load_start"] >= 0 and row["load_end"] >= 0
   assert min(rows["import_sleep"]["times_s"]) > 0.3 and min(rows["import_json"]["times_s"]) > 0
+
+
+def test_profile_suite_prints_the_phases_of_its_json(quick_run):
+  """The profile suite: every phase (measured, derived) and speedup is in the JSON and printed
+  with the same numbers; derived phases are their differences repetition by repetition."""
+  stdout, records = quick_run
+  records = [r for r in records if r["suite"] == "profile"]
+  blocks = {where: lines for where, lines in _blocks(stdout).items() if where.startswith("profile")}
+  assert set(blocks) == {"profile / training", "profile / generation"}
+  for case, needed in [("training", {"jax/forward", "jax/backward", "jax/optimizer", "jax/z_loss_share",
+                                     "jax/train_step", "hf/forward", "hf/backward", "hf/optimizer"}),
+                       ("generation", {"jax/encode", "jax/decode_step", "jax/generate", "hf/generate"})]:
+    lines = blocks[f"profile / {case}"]
+    rows = {r["impl"]: r for r in records if r["case"] == case}
+    assert needed <= set(rows)
+    times = {name: r["times_s"] for name, r in rows.items() if "times_s" in r}
+    for name, row in rows.items():
+      if "phase_ms" in row:
+        assert len(row["times_s"]) == benchmark.QUICK_REPS
+        stats = row["phase_ms"]
+        assert stats["median"] == pytest.approx(1e3 * statistics.median(row["times_s"]))
+        [line] = [l for l in lines if l.startswith(f"  {name} ")]
+        printed = re.search(r"(\S+) \[(\S+), (\S+)\]", line[len(name) + 2:]).groups()
+        assert [float(p) for p in printed] == pytest.approx([stats["median"], stats["min"], stats["max"]], abs=0.006)
+      if row.get("derived"):
+        plus, minus, divisor = row["of"]
+        minus = [minus] if isinstance(minus, str) else minus
+        assert row["times_s"] == pytest.approx(
+            [(p - sum(times[m][i] for m in minus)) / divisor for i, p in enumerate(times[plus])])
+      if "phase_ms" in row and not row["derived"] and name.startswith("jax/"):
+        assert row["xla_flops"] > 0 and row["hlo_ops"]
+      if "speedup" in row:
+        ours, theirs = name.split(" vs ")
+        assert row["speedup"]["reps"] == pytest.approx([b / a for a, b in zip(times[ours], times[theirs])])
+        assert f"speedup {name}: x{row['speedup']['median']:.3f}" in "\n".join(lines)
+
+
+def test_evaluation_suite_on_a_few_real_items(shared_data, monkeypatch):
+  """The evaluation suite on 6 real TimeDial items (QUICK made smaller still, the ASQ case left out,
+  one repetition without warm-up: each evaluation builds its seqio pipeline, seconds here):
+  bucketed and in-order evaluations and the kernel raced, the item-count case, and the printed
+  ratios, items/s and padding shares are the records' (computed again from their times)."""
+  from scripts import bench_evaluation, bench_timing  # pylint: disable=import-outside-toplevel
+  del shared_data  # the suite finds ../shared/data itself; the fixture skips without it
+  monkeypatch.setattr(bench_evaluation, "QUICK", dict(items=6, batch_size=4, item_counts=(4, 8),
+                                                      lengths={"inputs": 64, "targets": 16}))
+  monkeypatch.setattr(bench_evaluation, "REAL_FILES", {"timedial": bench_evaluation.REAL_FILES["timedial"]})
+  monkeypatch.setattr(bench_timing, "interleaved", functools.partial(bench_timing.interleaved, warmup=0))
+  config = T5Config(vocab_size=384, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
+                    num_encoder_layers=1, num_decoder_layers=1)  # bytes: ids up to 358
+  bench = benchmark.Bench(config=config, params=network.init_params(config, jax.random.PRNGKey(0)), hf_model=None,
+                          torch_device="cpu", reps=1, seed=0, meta={"model": "test"}, matmul_size=64)
+  records = json.loads(json.dumps(bench_evaluation.evaluation_suite(bench, quick=True)))  # as the JSON holds them
+  blocks = _blocks(bench_report.table(records))
+  measured = [r for r in records if not r["impl"].endswith("_matmul")]
+  assert {(r["case"], r["impl"]) for r in measured} == {
+      ("timedial", impl) for impl in ("bucketed", "in_order", "kernel")} | {
+      ("timedial_items", "items_4"), ("timedial_items", "items_8")}
+  for case in ("timedial",):
+    rows = {r["impl"]: r for r in measured if r["case"] == case}
+    shape = rows["kernel"]["shape"]
+    assert rows["bucketed"]["agreement"]["max_abs_diff_bucketed_vs_in_order"] <= 1e-4
+    assert rows["kernel"]["real_tokens"] == 4 * (round(shape["mean_context"])
+                                                 + shape["candidates"] * round(shape["mean_candidate"]))
+    for impl, row in rows.items():
+      assert row["unit"] == "real tokens/s" and row["throughput"] == pytest.approx(row["real_tokens"] / row["median_s"])
+      assert row["items_per_s"] == pytest.approx(row["items"] / row["median_s"])
+      for other, stats in row["ratios"].items():
+        _check_spread(stats, [(row["real_tokens"] / t) / (rows[other]["real_tokens"] / u)
+                              for t, u in zip(row["times_s"], rows[other]["times_s"])])
+    for impl in ("bucketed", "in_order"):
+      row = rows[impl]
+      assert row["items"] == shape["items"] == 6 and row["real_tokens"] == rows["bucketed"]["real_tokens"]
+      assert shape["file_items"] == 400  # the whole file's, beside the items evaluated
+      assert row["padding_share"] == pytest.approx(1 - row["real_tokens"] / row["positions"])
+      assert shape[f"padding_{impl}"] == pytest.approx(row["padding_share"], abs=1e-4)
+    assert _printed(blocks[f"evaluation / {case}"], "bucketed vs kernel") == pytest.approx(
+        tuple(rows["bucketed"]["ratios"]["kernel"][k] for k in ("median", "min", "max")), rel=1e-3)
+  rows = {r["impl"]: r for r in measured if r["case"] == "timedial_items"}
+  for count in (4, 8):
+    row = rows[f"items_{count}"]
+    assert row["items"] == count and row["throughput"] == pytest.approx(count / row["median_s"])
+    assert row["peak_rss_growth_mb"] >= 0 and row["shape"]["peak_rss_growth_mb"][f"items_{count}"] >= 0
