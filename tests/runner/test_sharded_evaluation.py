@@ -41,14 +41,14 @@ def test_evaluation_on_a_2x4_mesh_shards_the_model_and_matches_one_device(run_py
       with outputs.PredictionsAppender("single") as appender:
         evaluate.score_task("asq_intent_cloze", "test", lengths, 8,
                             evaluate.make_score_fn(config, "likelihood"), single, appender)
-      print("scored", len(outputs.read_predictions("sharded/predictions.jsonl")))
+      print("items written:", len(outputs.read_predictions("sharded/predictions.jsonl")))
       """, devices=8)
   inside, outside = map(int, out.split("constraints ")[1].split()[:2])
   assert inside > 0 and outside == 0, (inside, outside)
   read = lambda name: {r["id"]: r["scores"] for r in map(json.loads, (tmp_path / name / "predictions.jsonl")
                                                           .read_text().splitlines())}
   sharded, single = read("sharded"), read("single")
-  assert sharded.keys() == single.keys() and len(sharded) == int(out.split("scored ")[1].split()[0]) > 4
+  assert sharded.keys() == single.keys() and len(sharded) == int(out.split("items written: ")[1].split()[0]) > 4
   difference = max(abs(a - b) for key in sharded for a, b in zip(sharded[key], single[key]))
   assert difference <= 1e-5, difference
 
