@@ -12,10 +12,11 @@ on 100, 400 and 1,446 TimeDial items (the 400 repeated under new ids) for items/
 item count, with the growth of the process's peak RSS during each count's first run (the counts
 run smallest first, so a flat memory shows as no growth after the first).
 
-`--evaluation_items=N` evaluates only the first N items of each file, in batches of at most N
-rows, and leaves the item-count case out: each contender runs 9 times (compiling, warm-up, 7
-repetitions), and at the small model on this 2-core CPU one batch of 32 rows took 40-60 s under
-load (so 32 items of both files take about 40 minutes). The default is DEFAULT_ITEMS of the model;
+`--evaluation_items=N` evaluates only the first N items of each file, in batches of N / 4 rows
+(at most BATCH_SIZE: four batches, so that sorting by length has batches to form; one batch of all
+N would pad every row to the longest) and leaves the item-count case out: each contender runs 9
+times (compiling, warm-up, 7 repetitions), and at the small model on this 2-core CPU a batch of 8
+rows takes 4-6 s (so 16 items of both files take about 8 minutes). The default is DEFAULT_ITEMS of the model;
 capped cases are named `<file>_first<N>` and their records' shape holds `items`, `file_items` (the
 whole file's) and `batch`, so that no one reads a prefix as the file. Padding shares and host
 reading do not depend on the model: the uncapped tiny run measures them on the whole files.
@@ -56,10 +57,9 @@ ITEM_COUNTS = (100, 400, 1446)  # 1,446: the whole released TimeDial test set's 
 # --quick: a few items of each file at short lengths (a smoke run; the numbers mean nothing).
 QUICK = dict(items=24, batch_size=8, item_counts=(8, 16, 24), lengths={"inputs": 128, "targets": 32})
 SCORE_TOLERANCE = {"float32": 1e-4, "bfloat16": 0.1}
-# Items of each file the suite evaluates by default (None: all): for the small model, about the
-# most that ends within 10 minutes on this 2-core CPU (estimated from a 32-item run); base and large
-# get as few, which they will overrun.
-DEFAULT_ITEMS = {"tiny": None, "small": 8, "base": 8, "large": 8}
+# Items of each file the suite evaluates by default (None: all): for the small model, four batches
+# of 4 that end within 10 minutes on this 2-core CPU; base and large get as few, which they overrun.
+DEFAULT_ITEMS = {"tiny": None, "small": 16, "base": 16, "large": 16}
 
 _ITEMS = flags.DEFINE_integer("evaluation_items", None, "evaluation suite: the first N items of each real file "
                               "(0: all; default DEFAULT_ITEMS of the model, in scripts/bench_evaluation.py).",
@@ -273,8 +273,8 @@ def evaluation_suite(bench, quick: bool | None = None, items: int | None = None)
     if items is None:
       items = _ITEMS.value if flags.FLAGS.is_parsed() and _ITEMS.value is not None else DEFAULT_ITEMS.get(
           bench.meta.get("model"))
-    if items:  # rows beyond the items would be padding, timed as the items' cost
-      batch_size, counts = min(batch_size, items), ()
+    if items:  # four batches or more: one batch of every item would pad each row to the longest
+      batch_size, counts = max(1, min(batch_size, items // 4)), ()
       print(f"evaluation: the first {items} items of each file in batches of {batch_size} (--evaluation_items; "
             "0 for all); the item-count case is left out", file=sys.stderr)
   mesh = partitioning.create_mesh(1, 1, devices=jax.devices()[:1])

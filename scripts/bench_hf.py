@@ -52,6 +52,7 @@ def make_twin(config: T5Config, directory, seed: int = 0) -> transformers.T5ForC
   _t5_init(model, config)
   model.set_input_embeddings(model.shared)  # both stacks read the one shared embedding
   model.eval()
+  transformers.utils.logging.disable_progress_bar()  # the saving bar is the library's line, not the run's
   model.save_pretrained(directory, safe_serialization=True)
   return model
 

@@ -31,7 +31,7 @@ from absl import flags
 
 from models import checkpoint_import, decoding, network, scoring
 from runner import partitioning, trainer
-from scripts import bench_evaluation, bench_flops, bench_profile, bench_report, bench_timing
+from scripts import bench_evaluation, bench_flops, bench_profile, bench_report, bench_timing, console
 
 try:
   import torch
@@ -342,6 +342,7 @@ def run(model="small", suites=DEFAULT_SUITES, reps=7, device="cpu", dtype=None, 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  console.quiet_libraries()  # JAX logs each backend it probes at INFO; the run prints its own lines
   # Chosen before any backend starts: a GPU run must not fall back to the CPU silently.
   if _DEVICE.value != "auto":
     jax.config.update("jax_platforms", "cuda" if _DEVICE.value == "gpu" else "cpu")

@@ -1,7 +1,7 @@
 """An item's scores do not depend on how evaluation batched it: the same items scored with batch
 sizes 1, 3, 8 and 32, in the task's order and bucketed by length, through
 runner.evaluate.score_task (batching, padding to the batch's longest row and most candidates,
-power-of-two trimming, the mesh, predictions.jsonl) give the same lines, in the task's order.
+trimming to length buckets, the mesh, predictions.jsonl) give the same lines, in the task's order.
 An evaluation stopped mid-task and resumed writes what an uninterrupted one does, and bucketing
 pads less (counted from the arrays the scorer was given).
 

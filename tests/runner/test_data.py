@@ -170,7 +170,7 @@ def test_candidate_arrays_name_the_inconsistent_example():
     data.candidate_arrays(examples, 4, 4)
 
 
-def test_trim_padding_keeps_every_real_token_in_power_of_two_buckets():
+def test_trim_padding_keeps_every_real_token_in_length_buckets():
   inputs = np.zeros((2, 64), np.int32)
   inputs[0, :9] = 5  # longest real input: 9 tokens -> bucket 16
   candidates = np.zeros((2, 3, 128), np.int32)
@@ -179,7 +179,14 @@ def test_trim_padding_keeps_every_real_token_in_power_of_two_buckets():
   assert trimmed_inputs.shape == (2, 16) and trimmed_candidates.shape == (2, 3, 8)
   np.testing.assert_array_equal(trimmed_inputs, inputs[:, :16])
   np.testing.assert_array_equal(trimmed_candidates, candidates[..., :8])
-  assert [data.bucket_length(n, 100) for n in (1, 8, 9, 33, 64, 65)] == [8, 8, 16, 64, 64, 100]
+  assert [data.bucket_length(n, 100) for n in (1, 8, 9, 17, 33, 64, 65, 97)] == [8, 8, 16, 24, 40, 64, 80, 100]
+  # Every length up to 2,048 fits its bucket, a multiple of 8; past 32 at most 20% of it is padding;
+  # each doubling past 32 holds four buckets.
+  buckets = {n: data.bucket_length(n, 2048) for n in range(1, 2049)}
+  assert all(n <= b and b % 8 == 0 for n, b in buckets.items())
+  assert max((b - n) / b for n, b in buckets.items() if n > 32) <= 0.2
+  for low in (32, 64, 128, 256, 512, 1024):
+    assert len({b for n, b in buckets.items() if low < n <= 2 * low}) == 4, low
   full = np.ones((1, 20), np.int32)  # a full row keeps its length even off the buckets
   assert data.trim_padding(full, np.ones((1, 1, 5), np.int32))[0].shape == (1, 20)
 

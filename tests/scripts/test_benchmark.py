@@ -116,6 +116,10 @@ def quick_run(tmp_path_factory):
        "--suites=scoring,training,generation,profile"],  # the import and evaluation suites: below
       cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
+  # The console is the benchmark's own lines: no absl INFO lines (JAX probing for a TPU) and no
+  # progress bar from Hugging Face saving the twin.
+  assert not re.search(r"^I\d{4} ", result.stderr, re.MULTILINE), result.stderr[-3000:]
+  assert "Writing model shards" not in result.stderr, result.stderr[-3000:]
   return result.stdout, [json.loads(line) for line in path.read_text().splitlines()]
 
 
