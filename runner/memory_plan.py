@@ -256,8 +256,8 @@ def fitting_alternative(config: T5Config, device_bytes: int, *, mesh_shape, batc
                         accumulation_steps: int = 1, remat: bool = False, max_growth: int = 16,
                         **plan_args) -> MemoryPlan | None:
   """The first plan that fits, trying in turn: the same devices (any mesh, then more accumulation
-  steps), then 2, 4, ... `max_growth` times the devices; all without remat first (the network has no
-  remat switch yet), then with it. None when nothing fits."""
+  steps), then 2, 4, ... `max_growth` times the devices; all without remat first (unless `remat` is
+  already on: recomputing costs a forward pass per step), then with it. None when nothing fits."""
   devices = mesh_shape[0] * mesh_shape[1]
 
   def tries():

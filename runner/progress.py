@@ -1,7 +1,9 @@
 """Progress lines of the long loops (training steps, scored items, generated inputs).
 
 One line per report: what is done of the total, the rate and real tokens per second since the
-previous report, and the time left at that rate. Only process 0 prints, so a pod prints once.
+previous report, and the time left at that rate. The first window holds the first call of each
+jitted step, so its line says that its rate includes compiling. Only process 0 prints, so a pod
+prints once.
 """
 import math
 import time
@@ -27,6 +29,7 @@ class Progress:
     self.done = 0
     self._window_start = self._last_report = time.perf_counter()
     self._window_done = self._window_tokens = 0
+    self._reports = 0
 
   def advance(self, count: int = 1, tokens: int = 0) -> None:
     self.done += count
@@ -48,6 +51,8 @@ class Progress:
     parts.append(f"{rate:.2f} {self.unit}/s")
     if self._window_tokens:
       parts.append(f"{token_rate:.0f} tokens/s")
+    if not self._reports:
+      parts.append("(first window: includes compiling)")
     if self.total is not None:
       left = max(self.total - self.done, 0)
       parts.append(f"ETA {format_duration(left / rate if rate > 0 else (0.0 if not left else math.inf))}")
@@ -55,4 +60,5 @@ class Progress:
       self._print("  ".join(parts), flush=True)
     self._window_start = self._last_report = now
     self._window_done = self._window_tokens = 0
+    self._reports += 1
     return {f"{self.unit}_per_sec": rate, "tokens_per_sec": token_rate}
