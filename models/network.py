@@ -146,7 +146,10 @@ class Attention(nn.Module):
     logits = jnp.einsum("bthd,bshd->bhts", query, keys).astype(jnp.float32) + bias
     weights = jax.nn.softmax(logits, axis=-1).astype(x.dtype)
     weights = self.dropout(weights, deterministic=deterministic)
-    y = jnp.einsum("bhts,bshd->bthd", weights, values)
+    # Heads-major output, then one transpose: asked for [B, T, heads, head_dim] directly, XLA's CPU
+    # compiler computes the transposed product with a strided read of the weights, 1.6x slower for
+    # the small encoder at 8 x 256 tokens (same values, bit for bit).
+    y = jnp.einsum("bhts,bshd->bhtd", weights, values).transpose(0, 2, 1, 3)
     return self.out(y.reshape(y.shape[:-2] + (-1,)))
 
 
