@@ -43,15 +43,15 @@ def pytest_configure(config):
 # worker busy minutes after the other has finished (the Makefile turns off xdist's own order,
 # most tests first, which put the multi-process modules last).
 LONGEST_MODULES = (
-    "tests/test_readme.py",  # 440
-    "tests/runner/test_multi_process.py",  # 365
-    "tests/runner/test_evaluate.py",  # 155
-    "tests/runner/test_train_entry.py",  # 134
-    "tests/scripts/test_best_of_n.py",  # 112
-    "tests/runner/test_multi_process_evaluation.py",  # 108
-    "tests/runner/test_memory_plan.py",  # 101
-    "tests/runner/test_sharded_evaluation.py",  # 92
-    "tests/runner/test_learning.py",  # 91
+    "tests/test_readme.py",  # 284
+    "tests/runner/test_multi_process.py",  # 188
+    "tests/runner/test_train_entry.py",  # 68
+    "tests/runner/test_evaluate.py",  # 67
+    "tests/runner/test_memory_plan.py",  # 66
+    "tests/scripts/test_benchmark.py",  # 62
+    "tests/runner/test_multi_process_evaluation.py",  # 54
+    "tests/runner/test_sharded_evaluation.py",  # 50
+    "tests/runner/test_learning.py",  # 47
 )
 
 
