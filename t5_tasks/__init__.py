@@ -23,6 +23,12 @@ def _silent_stderr():
     os.close(devnull)
 
 
+# TensorFlow here runs only the input pipeline (string and integer ops, no float math); its oneDNN
+# kernels would print an absl error line on the console the first time an int64 op runs on a CPU
+# without the AVX-512 extensions oneDNN wants (`oneDNN supports DT_INT64 only on platforms with
+# AVX-512`, during TimeDial's evaluation). Read by TensorFlow when it first places an op.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
 with _silent_stderr() if "tensorflow" not in sys.modules else contextlib.nullcontext():
   import seqio  # pylint: disable=g-import-not-at-top,unused-import
 

@@ -374,6 +374,9 @@ def group_members(group: str) -> set[str]:
 
 def check_evaluation(ws: Workspace, command: str, result, output_dir: str | None = None) -> None:
   assert_ran(result)
+  # The console is the project's lines: no absl log lines from JAX or TensorFlow (INFO, or the
+  # error line TensorFlow's oneDNN kernels print for TimeDial's int64 ops on some CPUs).
+  assert not re.search(r"^[IE]\d{4} ", result.stderr, re.MULTILINE), result.stderr[-3000:]
   output_dir = output_dir or gin_value(command, "EVAL_OUTPUT_DIR")
   output = ws.path(output_dir)
   assert f"report: {ws.localise(output_dir)}/report.html" in result.stdout, result.stdout[-2000:]
@@ -421,9 +424,10 @@ def check_demo_training(ws: Workspace, command: str, result) -> None:
   mixture = next(line for line in train.stdout.splitlines() if line.startswith("training on quickstart: "))
   shares = [float(part.rsplit(" ", 1)[1].rstrip("%")) for part in mixture.split(": ", 1)[1].split(", ")]
   assert len(shares) == 6 and "timedial_cloze_full" not in mixture and abs(sum(shares) - 100) < 0.5, mixture
-  # The console is the project's lines: no absl INFO lines from orbax, seqio or TFDS, and none of
-  # seqio's per-task warnings about file-backed tasks.
-  assert not re.search(r"^I\d{4} ", train.stderr, re.MULTILINE), train.stderr[-3000:]
+  # The console is the project's lines: no absl INFO lines from orbax, seqio or TFDS, no error line
+  # from TensorFlow's oneDNN kernels (int64 ops on a CPU they do not support), and none of seqio's
+  # per-task warnings about file-backed tasks.
+  assert not re.search(r"^[IE]\d{4} ", train.stderr, re.MULTILINE), train.stderr[-3000:]
   assert "not cached" not in train.stderr and "uncached FunctionDataset" not in train.stderr, train.stderr[-3000:]
   # The architecture beside the checkpoints (evaluation needs no model gin file), and the run's
   # whole gin configuration, command-line bindings included, as t5x keeps it.
