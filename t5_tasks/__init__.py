@@ -24,9 +24,10 @@ def _silent_stderr():
 
 
 # TensorFlow here runs only the input pipeline (string and integer ops, no float math); its oneDNN
-# kernels would print an absl error line on the console the first time an int64 op runs on a CPU
-# without the AVX-512 extensions oneDNN wants (`oneDNN supports DT_INT64 only on platforms with
-# AVX-512`, during TimeDial's evaluation). Read by TensorFlow when it first places an op.
+# kernels print an absl error line on the console the first time an int64 op runs on a CPU whose
+# AVX-512 they do not accept (`oneDNN supports DT_INT64 only on platforms with AVX-512`: in `make
+# demo`'s training and evaluation alike on the 2-core CI machine). Read when TensorFlow first
+# places an op, so it holds even where TensorFlow was imported before this package.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 with _silent_stderr() if "tensorflow" not in sys.modules else contextlib.nullcontext():
