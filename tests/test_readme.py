@@ -46,6 +46,8 @@ FENCE = re.compile(r"^```(\w*)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 INLINE_COMMAND_STARTS = ("python ", ".venv/bin/python ", ".venv/bin/pip ", "make ", "scripts/", "tfds ")
 ABSOLUTE_FOLDERS = re.compile(r"(?<![\w.:/-])/(data|models|runs|ckpt)(?=/|\b)")
 PUBLISHED_SIZES = re.compile(r"gin/models/t5_1_1/(small|base|large|xl|xxl)\.gin")
+# An absl log line (INFO or ERROR) from a library: the console is to carry the project's lines only.
+LIBRARY_LOG_LINE = re.compile(r"^[IE]\d{4} ", re.M)
 TINY_STEPS = 2
 DEMO_STEPS = 4  # not TINY_STEPS: the demo's checkpoint step tells its run from a tiny run's
 # The quickstart's batch and lengths for every run, so that they share compiled steps.
@@ -376,7 +378,7 @@ def check_evaluation(ws: Workspace, command: str, result, output_dir: str | None
   assert_ran(result)
   # The console is the project's lines: no absl log lines from JAX or TensorFlow (INFO, or the
   # error line TensorFlow's oneDNN kernels print for TimeDial's int64 ops on some CPUs).
-  assert not re.search(r"^[IE]\d{4} ", result.stderr, re.MULTILINE), result.stderr[-3000:]
+  assert not LIBRARY_LOG_LINE.search(result.stderr), result.stderr[-3000:]
   output_dir = output_dir or gin_value(command, "EVAL_OUTPUT_DIR")
   output = ws.path(output_dir)
   assert f"report: {ws.localise(output_dir)}/report.html" in result.stdout, result.stdout[-2000:]
@@ -427,7 +429,7 @@ def check_demo_training(ws: Workspace, command: str, result) -> None:
   # The console is the project's lines: no absl INFO lines from orbax, seqio or TFDS, no error line
   # from TensorFlow's oneDNN kernels (int64 ops on a CPU they do not support), and none of seqio's
   # per-task warnings about file-backed tasks.
-  assert not re.search(r"^[IE]\d{4} ", train.stderr, re.MULTILINE), train.stderr[-3000:]
+  assert not LIBRARY_LOG_LINE.search(train.stderr), train.stderr[-3000:]
   assert "not cached" not in train.stderr and "uncached FunctionDataset" not in train.stderr, train.stderr[-3000:]
   # The architecture beside the checkpoints (evaluation needs no model gin file), and the run's
   # whole gin configuration, command-line bindings included, as t5x keeps it.
