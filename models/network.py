@@ -282,13 +282,22 @@ class Decoder(nn.Module):
     """Every layer's cross-attention keys and values of an encoding: computed once per context."""
     return [layer.encoder_decoder_attention.project_kv(encoded) for layer in self.layers]
 
-  def __call__(self, decoder_input_ids, cross_kvs, encoder_mask, deterministic, cache=None, cache_index=None):
-    """Final hidden states [N, T, embed] (after the last norm); with a cache also the new cache."""
+  def __call__(self, decoder_input_ids, cross_kvs, encoder_mask, deterministic, cache=None, cache_index=None,
+               segment_ids=None):
+    """Final hidden states [N, T, embed] (after the last norm); with a cache also the new cache.
+
+    `segment_ids` [N, T] packs several sequences into a row: a position attends only to earlier
+    positions of its own segment. T5's self-attention sees relative positions only, so each
+    segment is decoded exactly as it would be alone in a row (t5x's packing, decoder side).
+    """
     x = self.dropout(self.token_embedder(decoder_input_ids), deterministic=deterministic)
     steps = decoder_input_ids.shape[1]
     if cache is None:
       causal = jnp.tril(jnp.ones((steps, steps), bool))
       self_bias = self.relpos_bias(steps, steps) + jnp.where(causal, 0.0, _NEG_INF)[None, None]
+      if segment_ids is not None:
+        same = segment_ids[:, :, None] == segment_ids[:, None, :]
+        self_bias = self_bias + jnp.where(same, 0.0, _NEG_INF)[:, None]
     else:
       max_len = cache[0]["key"].shape[1]
       visible = jnp.arange(max_len) <= cache_index
@@ -325,9 +334,10 @@ class Transformer(nn.Module):
   def cross_kv(self, encoded):
     return self.decoder.cross_kv(encoded)
 
-  def decode_hidden(self, cross_kvs, encoder_mask, decoder_input_ids, deterministic=True):
-    """Decoder final hidden states [N, T, embed]; N = B * K rows share B contexts."""
-    return self.decoder(decoder_input_ids, cross_kvs, encoder_mask, deterministic)
+  def decode_hidden(self, cross_kvs, encoder_mask, decoder_input_ids, deterministic=True, segment_ids=None):
+    """Decoder final hidden states [N, T, embed]; N = B * K rows share B contexts (or, with
+    `segment_ids` [N, T], N = B rows each pack their context's candidates)."""
+    return self.decoder(decoder_input_ids, cross_kvs, encoder_mask, deterministic, segment_ids=segment_ids)
 
   def logits(self, hidden):
     return self.decoder.logits(hidden)

@@ -44,6 +44,23 @@ def reward(config: T5Config, params, input_ids, response_ids, deterministic=True
   return values[:, 0] if single else values
 
 
+@functools.partial(jax.jit, static_argnames=("config", "num_responses"))
+def reward_packed(config: T5Config, params, input_ids, packed_ids, segment_ids, *, num_responses: int):
+  """`reward`'s [B, K] from responses packed one after another into rows [B, S], numbered 1..K by
+  segment_ids [B, S] (0 = padding; `models.scoring.score_packed`'s layout). A response with no
+  token reads position 0 (its reward means nothing, as `reward`'s for an all-padding row)."""
+  model = Transformer(config)
+  variables = {"params": {k: v for k, v in params.items() if k != HEAD}}
+  encoded = model.apply(variables, input_ids, method=Transformer.encode)
+  cross_kvs = model.apply(variables, encoded, method=Transformer.cross_kv)
+  hidden = model.apply(variables, cross_kvs, input_ids > 0, packed_ids, segment_ids=segment_ids,
+                       method=Transformer.decode_hidden)
+  own = (segment_ids[..., None] == jnp.arange(1, num_responses + 1)) & (packed_ids > 0)[..., None]  # [B, S, K]
+  last = jnp.max(jnp.where(own, jnp.arange(packed_ids.shape[1])[:, None], 0), axis=1)  # [B, K]
+  final = jnp.take_along_axis(hidden, last[..., None], axis=1).astype(jnp.float32)
+  return final @ params[HEAD]["kernel"][:, 0] + params[HEAD]["bias"][0]
+
+
 def shift_to_zero_mean(params, mean_reward):
   """`params` with the head's bias lowered by `mean_reward`, the mean reward of a reference set.
 

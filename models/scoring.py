@@ -6,9 +6,12 @@ candidate `<extra_id_0> span <extra_id_1> EOS`: the sentinels and EOS are condit
 only the span's own tokens are scored (TimeDial §4: "normalised by the span length").
 
 `score_candidates` encodes each context once, computes its cross-attention keys/values once,
-and decodes its K candidates against them in one batch. `score_pairs` is the reference path
-(one full forward per (input, candidate) pair, as t5x's `score_batch`), kept for checking and
-benchmarking.
+and decodes its K candidates against them in one batch. `score_packed` does the same with each
+context's candidates packed end to end into one decoder row (segments that attend only to
+themselves): offline evaluation's layout, where candidates of unequal lengths would otherwise
+each be padded to the longest (TimeDial's four 5-58 byte options, issue 14). `score_pairs` is
+the reference path (one full forward per (input, candidate) pair, as t5x's `score_batch`), kept
+for checking and benchmarking.
 """
 import functools
 
@@ -84,3 +87,36 @@ def score_pairs(config: T5Config, params, input_ids, candidate_ids, score_mask=N
   mask = rows > 0 if score_mask is None else score_mask.reshape(rows.shape)
   scores = sequence_scores(token_log_likelihoods(logits, rows), mask, length_normalize)
   return scores.reshape(batch, num_candidates)
+
+
+def packed_decoder_inputs(packed_ids, segment_ids):
+  """Teacher-forcing inputs of packed rows [B, S]: each segment shifted right on its own, so that
+  it starts with T5's start token 0, as `shift_right` starts a row."""
+  continues = segment_ids == shift_right(segment_ids)
+  return jnp.where(continues, shift_right(packed_ids), 0)
+
+
+def segment_sums(values, segment_ids, num_segments: int):
+  """[B, K]: the sum of values [B, S] over each segment 1..K of segment_ids [B, S] (0 is padding)."""
+  own = segment_ids[..., None] == jnp.arange(1, num_segments + 1)
+  return jnp.where(own, values[..., None], 0).sum(axis=1)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "num_candidates", "length_normalize"))
+def score_packed(config: T5Config, params, input_ids, packed_ids, segment_ids, score_mask, *, num_candidates: int,
+                 length_normalize=True):
+  """`score_candidates`' scores [B, K] from packed candidates: row b of packed_ids [B, S] holds
+  context b's candidates one after another, segment_ids [B, S] numbers them 1..K (0 = padding),
+  score_mask [B, S] marks the scored tokens. A candidate with no scored token scores 0."""
+  model = Transformer(config)
+  variables = {"params": params}
+  encoded = model.apply(variables, input_ids, method=Transformer.encode)
+  cross_kvs = model.apply(variables, encoded, method=Transformer.cross_kv)
+  hidden = model.apply(variables, cross_kvs, input_ids > 0, packed_decoder_inputs(packed_ids, segment_ids),
+                       segment_ids=segment_ids, method=Transformer.decode_hidden)
+  logits = model.apply(variables, hidden, method=Transformer.logits)
+  token_scores = jnp.where(score_mask, token_log_likelihoods(logits, packed_ids), 0.0)
+  total = segment_sums(token_scores, segment_ids, num_candidates)
+  if not length_normalize:
+    return total
+  return total / jnp.maximum(segment_sums(score_mask.astype(jnp.int32), segment_ids, num_candidates), 1)

@@ -101,6 +101,30 @@ def trim_padding(input_ids: np.ndarray, candidate_ids: np.ndarray) -> tuple[np.n
   return input_ids[..., :inputs], candidate_ids[..., :steps]
 
 
+def pack_candidates(candidate_ids: np.ndarray, score_mask: np.ndarray) -> dict[str, np.ndarray]:
+  """Candidates [B, K, T] (0 = padding after each) -> each row's candidates end to end:
+  `candidate_ids`, `candidate_segments` (1..K, 0 = padding) and `score_mask`, all [B, S], S the
+  longest row's real tokens in `bucket_length`'s buckets (at most K * T).
+
+  `models.scoring.score_packed` scores them as `score_candidates` scores the unpacked ones, but
+  decodes only real tokens and a row's padding: padded to the batch's longest candidate, four
+  TimeDial options of 5 to 58 bytes were more than half padding, each position a pass through
+  the decoder and the 32128-way output layer (issue 14).
+  """
+  rows, k, steps = candidate_ids.shape
+  real = candidate_ids > 0
+  flat = real.reshape(rows, k * steps)
+  width = bucket_length(max(int(flat.sum(axis=1).max(initial=0)), 1), k * steps)
+  row, slot = np.nonzero(flat)
+  column = np.cumsum(flat, axis=1)[row, slot] - 1  # each real token's place in its packed row
+  out = {"candidate_ids": np.zeros((rows, width), np.int32), "candidate_segments": np.zeros((rows, width), np.int32),
+         "score_mask": np.zeros((rows, width), bool)}
+  out["candidate_ids"][row, column] = candidate_ids.reshape(rows, -1)[row, slot]
+  out["candidate_segments"][row, column] = slot // steps + 1
+  out["score_mask"][row, column] = np.asarray(score_mask).reshape(rows, -1)[row, slot]
+  return out
+
+
 def first_sentinel_id(vocabulary) -> int | None:
   """The lowest sentinel id (`<extra_id_N>` is vocab_size - 1 - N in seqio's vocabularies), or None."""
   extra_ids = int(getattr(vocabulary, "extra_ids", 0) or 0)
@@ -355,14 +379,15 @@ def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, 
 
 
 def length_key(example: Mapping[str, Any], feature_lengths: Mapping[str, int]) -> tuple[int, ...]:
-  """(input bucket, candidate bucket, candidates, input length, longest candidate): the order in
-  which `bucketed_candidate_batches` groups examples, so that a batch's rows need alike padding."""
+  """(input bucket, packed candidates' bucket, candidates, input length, packed length): the order in which
+  `bucketed_candidate_batches` groups examples, so that a batch's rows need alike padding. The
+  packed length is the candidates' tokens end to end (`pack_candidates`), what the decoder reads."""
   input_limit, candidate_limit = _lengths(feature_lengths)
   inputs = min(len(example["inputs"]), input_limit)
   rows = _rows(example["candidates"])
-  longest = min(max((len(row) for row in rows), default=1), candidate_limit)
-  return (bucket_length(inputs, input_limit), bucket_length(longest, candidate_limit), len(rows), inputs,
-          longest)
+  packed = sum(min(len(row), candidate_limit) for row in rows)
+  return (bucket_length(inputs, input_limit), bucket_length(packed, candidate_limit * max(len(rows), 1)), len(rows),
+          inputs, packed)
 
 
 def bucketed_candidate_batches(examples: Iterator[Mapping[str, Any]], feature_lengths: Mapping[str, int],

@@ -1,10 +1,12 @@
 """Offline evaluation: score every item of a task or mixture, then write predictions, metrics, report.
 
-Each candidate gets its likelihood under the model (`models.scoring.score_candidates` over the
+Each candidate gets its likelihood under the model (`models.scoring.score_packed` over the
 tokens its score mask marks, then normalised as NORMALIZATIONS lists) or its reward
-(`models.reward.reward`). A generation task's one candidate is its reference text: its summed
-log-likelihood and token count give the task's loss and perplexity (model selection by
-validation perplexity, as TuringAdvice §5 does). Per item, one JSON line
+(`models.reward.reward_packed`); an item's candidates are packed into one decoder row
+(`data.pack_candidates`), so that short candidates are not padded to the batch's longest. A
+generation task's one candidate is its reference text: its summed log-likelihood and token count
+give the task's loss and perplexity (model selection by validation perplexity, as TuringAdvice
+§5 does). Per item, one JSON line
 (`runner.outputs` format) holds every candidate's score, the prediction, the gold labels and
 the task's metadata. Items are batched with items of alike lengths (less padding) and read on a
 thread while the device scores; lines are appended in the task's order as batches finish, so an
@@ -93,8 +95,9 @@ def _likelihood_scorer(config: T5Config, normalization: str):
 
   def score(params, arrays, lengths):
     def total(input_ids):
-      return _on_every_host(scoring.score_candidates(config, params, input_ids, arrays["candidate_ids"],
-                                                     arrays["score_mask"], length_normalize=False))
+      return _on_every_host(scoring.score_packed(config, params, input_ids, arrays["candidate_ids"],
+                                                 arrays["candidate_segments"], arrays["score_mask"],
+                                                 num_candidates=lengths["tokens"].shape[-1], length_normalize=False))
     summed = total(arrays["input_ids"])
     empty = None
     if normalization == "mutual_information":
@@ -107,19 +110,20 @@ def _likelihood_scorer(config: T5Config, normalization: str):
 def _reward_scorer(config: T5Config, normalization: str):
   del normalization  # a reward is one number per response
   def score(params, arrays, lengths):
-    del lengths
     if reward_lib.HEAD not in params:
       raise ValueError(f"SCORER='reward' needs a reward model; the checkpoint has no "
                        f"'{reward_lib.HEAD}' parameters")
-    return {"scores": _on_every_host(reward_lib.reward(config, params, arrays["input_ids"],
-                                                       arrays["candidate_ids"]))}
+    return {"scores": _on_every_host(reward_lib.reward_packed(config, params, arrays["input_ids"],
+                                                              arrays["candidate_ids"], arrays["candidate_segments"],
+                                                              num_responses=lengths["tokens"].shape[-1]))}
   return score
 
 
 # Every scorer, by its gin name (SCORER): make(config, normalization) -> fn(params, arrays,
 # lengths) -> {"scores": [B, K], and per-candidate extras for predictions.jsonl}. `arrays` holds
-# input_ids [B, L], candidate_ids [B, K, T] and score_mask [B, K, T] (on the mesh); `lengths`
-# the host's tokens, scored_chars and scored_bytes [B, K]. Adding one is adding an entry.
+# input_ids [B, L] and each row's K candidates packed end to end (`data.pack_candidates`):
+# candidate_ids, candidate_segments and score_mask [B, S] (on the mesh); `lengths` the host's
+# tokens, scored_chars and scored_bytes [B, K]. Adding one is adding an entry.
 SCORERS = {"likelihood": _likelihood_scorer, "reward": _reward_scorer}
 
 
@@ -178,7 +182,8 @@ class TaskStats:
   """What `score_task` did: items scored, its wall time, and the tokens it sent to the device.
 
   `real_tokens` counts the non-padding input and candidate ids of the arrays scored, `positions`
-  every position of them (the input once per row, candidates K x T per row, padded rows included).
+  every position of them (the input once per row, the packed candidates' S per row, padded rows
+  included).
   `ids` are the task's item ids in its order (repeated ones numbered, as written)."""
   task: str
   items: int = 0
@@ -187,7 +192,7 @@ class TaskStats:
   candidate_tokens: int = 0
   positions: int = 0
   batches: int = 0
-  shapes: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # (B, L, K, T): batches
+  shapes: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # (B, L, S): batches
   ids: list = dataclasses.field(default_factory=list, repr=False)
 
   @property
@@ -319,9 +324,9 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
         write_finished_in_order()
         progress.advance(len(metadata))
         continue
-      input_ids, candidate_ids = data.trim_padding(batch["input_ids"], batch["candidate_ids"])
-      arrays = {"input_ids": input_ids, "candidate_ids": candidate_ids,
-                "score_mask": batch["score_mask"][..., :candidate_ids.shape[-1]]}
+      input_ids, _ = data.trim_padding(batch["input_ids"], batch["candidate_ids"])
+      arrays = {"input_ids": input_ids, **data.pack_candidates(batch["candidate_ids"], batch["score_mask"])}
+      candidate_ids = arrays["candidate_ids"]
       lengths = {"tokens": batch["score_mask"].sum(-1), "scored_chars": batch["scored_chars"],
                  "scored_bytes": batch["scored_bytes"]}
       if mesh is not None:
@@ -339,7 +344,7 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
       stats.candidate_tokens += candidate_tokens
       stats.positions += input_ids.size + candidate_ids.size
       stats.batches += 1
-      stats.shapes[input_ids.shape + candidate_ids.shape[1:]] += 1
+      stats.shapes[input_ids.shape + candidate_ids.shape[1:]] += 1  # (B, L, S)
       progress.advance(len(metadata), input_tokens + candidate_tokens)
       if progress.seconds_since_report() >= progress_every_s:
         progress.report()

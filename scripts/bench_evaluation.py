@@ -4,7 +4,8 @@
 bytes vocabulary, random weights of the benchmark's model), items batched by length
 (`bucketed`) and in the task's order (`in_order`), interleaved with the scoring kernel: the same
 jitted score function on device arrays made beforehand, of batch-size items whose context and
-candidates have the real items' mean lengths (no padding). Throughput is in real tokens (non-padding
+candidates have the real items' mean lengths (no padding; each item's candidates packed into one
+row K x the mean candidate length wide, as evaluation packs them). Throughput is in real tokens (non-padding
 input and candidate ids sent to the device), so `bucketed vs kernel` is end-to-end evaluation's
 share of the kernel's rate on the same tokens; each record adds items/s and the padding share
 (padded positions / all positions scored). The `timedial_items` case runs the bucketed evaluation
@@ -37,7 +38,7 @@ import jax
 import numpy as np
 from absl import flags
 
-from runner import evaluate, partitioning
+from runner import data, evaluate, partitioning
 from scripts import bench_flops, console
 
 SHARED_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.pardir, "shared", "data")
@@ -102,14 +103,15 @@ def _kernel(score_fn, params, mesh, batch_size, context, candidates, steps, seed
   candidate_ids = rng.integers(3, 259, (batch_size, candidates, steps)).astype(np.int32)
   input_ids[:, -1] = candidate_ids[..., -1] = 1  # EOS last, as the tasks end every sequence
   score_mask = np.ones(candidate_ids.shape, bool)
-  arrays = partitioning.global_batch({"input_ids": input_ids, "candidate_ids": candidate_ids,
-                                      "score_mask": score_mask}, mesh)
+  packed = data.pack_candidates(candidate_ids, score_mask)  # K x steps wide: no padding
+  arrays = partitioning.global_batch({"input_ids": input_ids, **packed}, mesh)
   lengths = {"tokens": score_mask.sum(-1), "scored_chars": score_mask.sum(-1), "scored_bytes": score_mask.sum(-1)}
   return lambda: score_fn(params, arrays, lengths)
 
 
 def _flops(config, stats) -> int:
-  return sum(count * bench_flops.shared_scoring_flops(config, *shape) for shape, count in stats.shapes.items())
+  return sum(count * bench_flops.shared_scoring_flops(config, rows, length, 1, packed)  # one packed row per item
+             for (rows, length, packed), count in stats.shapes.items())
 
 
 def _files(directory, items: int | None) -> dict:
@@ -146,7 +148,6 @@ def _repeated(items: list[dict], count: int) -> list[dict]:
 def _real_lengths(task, lengths) -> dict:
   """Items, candidates and non-padding ids of the task's items as evaluation cuts them (read on
   the host, not scored): what the kernel's shape and the real-token counts come from."""
-  from runner import data  # pylint: disable=import-outside-toplevel
   examples, _ = data.candidate_examples(task, SPLIT, lengths)
   out = dict(items=0, candidates=0, input_tokens=0, candidate_tokens=0)
   for example in examples:

@@ -6,7 +6,7 @@ import torch
 
 from models.checkpoint_import import load_hf_t5
 from models.network import Transformer, shift_right
-from models.scoring import score_candidates, score_pairs, span_score_mask
+from models.scoring import score_candidates, score_packed, score_pairs, span_score_mask
 from tests.models.hf_reference import hf_candidate_scores, make_hf_t5, random_ids
 
 TOL = 1e-4
@@ -69,6 +69,41 @@ def test_score_candidates_matches_hf_and_score_pairs(hf_and_ours):
   np.testing.assert_allclose(means, totals / (candidates > 0).sum(-1), rtol=1e-6)
 
 
+def _packed_by_loop(candidates, mask, width):
+  """Each row's candidates end to end, built token by token (independent of runner.data)."""
+  ids, segments, scored = (np.zeros((len(candidates), width), dtype) for dtype in (np.int32, np.int32, bool))
+  for b, row in enumerate(candidates):
+    column = 0
+    for k, candidate in enumerate(row):
+      for t, token in enumerate(candidate):
+        if token:
+          ids[b, column], segments[b, column], scored[b, column] = token, k + 1, mask[b, k, t]
+          column += 1
+  return ids, segments, scored
+
+
+def test_packed_candidates_score_as_hf_scores_each_alone(hf_and_ours):
+  """Candidates packed end to end into one decoder row per context (segments attending only to
+  themselves) score as HF scores each candidate in its own row; an empty candidate scores 0. The
+  lengths pass 16 and 32 in the packed row, where T5's position buckets turn logarithmic, so a
+  segment seeing its neighbours' positions would show."""
+  hf_model, config, params = hf_and_ours
+  rng = np.random.default_rng(5)
+  input_ids = random_ids(rng, (2, 20), config.vocab_size, pad_from=[20, 9])
+  candidates = np.stack([random_ids(rng, (4, 17), config.vocab_size, pad_from=[17, 3, 0, 12]),
+                         random_ids(rng, (4, 17), config.vocab_size, pad_from=[2, 17, 14, 6])])
+  mask = candidates > 0
+  ids, segments, scored = _packed_by_loop(candidates, mask, 48)
+  for normalize in (True, False):
+    packed = np.asarray(score_packed(config, params, input_ids, ids, segments, scored, num_candidates=4,
+                                     length_normalize=normalize))
+    reference = hf_candidate_scores(hf_model, input_ids, candidates, normalize)
+    assert packed.shape == (2, 4) and packed[0, 2] == 0.0
+    np.testing.assert_allclose(packed, reference, atol=TOL, rtol=0)
+    np.testing.assert_allclose(packed, np.asarray(score_candidates(config, params, input_ids, candidates,
+                                                                   length_normalize=normalize)), atol=1e-5, rtol=0)
+
+
 def test_tied_embeddings_match_hf(tmp_path):
   hf_model = make_hf_t5(tmp_path, seed=3, tie_word_embeddings=True, feed_forward_proj="relu")
   config, params = load_hf_t5(tmp_path)
@@ -126,13 +161,13 @@ def test_span_corruption_scores_only_the_span_tokens(hf_and_ours):
 def test_every_normalisation_matches_hf(hf_and_ours):
   """Evaluation's likelihood scorer under each NORMALIZATION, against sums from HF logits divided
   by the lengths it is given (or minus the HF sums given the context [EOS] alone)."""
-  from runner import evaluate  # pylint: disable=g-import-not-at-top
+  from runner import data, evaluate  # pylint: disable=g-import-not-at-top
   hf_model, config, params = hf_and_ours
   rng = np.random.default_rng(4)
   input_ids = random_ids(rng, (2, 10), config.vocab_size, pad_from=[10, 4])
   candidates = np.stack([random_ids(rng, (3, 6), config.vocab_size, pad_from=[6, 2, 4]),
                          random_ids(rng, (3, 6), config.vocab_size, pad_from=[3, 5, 1])])
-  arrays = {"input_ids": input_ids, "candidate_ids": candidates, "score_mask": candidates > 0}
+  arrays = {"input_ids": input_ids, **data.pack_candidates(candidates, candidates > 0)}
   lengths = {"tokens": (candidates > 0).sum(-1), "scored_chars": rng.integers(1, 30, (2, 3)),
              "scored_bytes": rng.integers(1, 40, (2, 3))}
   totals = hf_candidate_scores(hf_model, input_ids, candidates, False)

@@ -9,7 +9,7 @@ import optax
 
 from models.config import T5Config
 from models.network import Transformer
-from models.reward import init_reward_params, listwise_loss, pairwise_loss, reward
+from models.reward import init_reward_params, listwise_loss, pairwise_loss, reward, reward_packed
 from tests.conftest import PROJECT_ROOT
 
 CONFIG = T5Config(vocab_size=32, emb_dim=32, num_heads=2, head_dim=16, mlp_dim=64,
@@ -36,6 +36,18 @@ def test_reward_reads_last_real_token_and_head_init():
       assert abs(values[b, k] - expected) < 1e-5
   single = np.asarray(reward(CONFIG, params, input_ids, responses[:, 1]))
   np.testing.assert_allclose(single, values[:, 1], atol=1e-6)
+
+
+def test_packed_responses_get_the_rewards_they_get_alone():
+  """Evaluation's layout: each input's responses end to end in one decoder row, numbered by
+  segment. The rewards are `reward`'s, read at each response's own last token."""
+  params = init_reward_params(CONFIG, jax.random.PRNGKey(2))
+  input_ids = jnp.array([[5, 6, 7, 0], [8, 9, 0, 0]])
+  responses = jnp.array([[[3, 4, 0, 0], [3, 4, 5, 9]], [[6, 0, 0, 0], [6, 7, 8, 0]]])
+  packed = jnp.array([[3, 4, 3, 4, 5, 9, 0, 0], [6, 6, 7, 8, 0, 0, 0, 0]])
+  segments = jnp.array([[1, 1, 2, 2, 2, 2, 0, 0], [1, 2, 2, 2, 0, 0, 0, 0]])
+  values = np.asarray(reward_packed(CONFIG, params, input_ids, packed, segments, num_responses=2))
+  np.testing.assert_allclose(values, np.asarray(reward(CONFIG, params, input_ids, responses)), atol=1e-5, rtol=0)
 
 
 def test_losses_equal_hand_computation():

@@ -1,7 +1,7 @@
 """An item's scores do not depend on how evaluation batched it: the same items scored with batch
 sizes 1, 3, 8 and 32, in the task's order and bucketed by length, through
-runner.evaluate.score_task (batching, padding to the batch's longest row and most candidates,
-trimming to length buckets, the mesh, predictions.jsonl) give the same lines, in the task's order.
+runner.evaluate.score_task (batching, padding to the batch's longest row and most candidates, packing
+each item's candidates into one decoder row, trimming to length buckets, the mesh, predictions.jsonl) give the same lines, in the task's order.
 An evaluation stopped mid-task and resumed writes what an uninterrupted one does, and bucketing
 pads less (counted from the arrays the scorer was given).
 
@@ -100,7 +100,10 @@ def _assert_batch_invariant(tmp_path, params, scorer, extras=()):
     assert [r["prediction"] for r in records] == [r["prediction"] for r in reference], size
     for record, expected in zip(records, reference):
       where = f"{record['id']} with batch size {size}"
-      np.testing.assert_allclose(record["scores"], expected["scores"], rtol=0, atol=TOLERANCE, err_msg=where)
+      # 1e-6 of the score's size (at least 1e-6): a mean log-probability near -6 is 4.8e-7 per float32
+      # ulp, and XLA's CPU matmuls round a row differently when the batch around it differs (the
+      # same item alone and among 2 others: its summed log-likelihood 1 ulp apart).
+      np.testing.assert_allclose(record["scores"], expected["scores"], rtol=TOLERANCE, atol=TOLERANCE, err_msg=where)
       for name in extras:  # sums of tens of log-probabilities: 1e-6 relative is a few float32 ulps
         np.testing.assert_allclose(record[name], expected[name], rtol=TOLERANCE, atol=0, err_msg=where)
 
@@ -178,10 +181,10 @@ def test_bucketing_pads_less_and_the_counts_are_the_arrays_scored(tmp_path, quic
   TaskStats' tokens and positions are counted again here from the arrays the scorer received."""
   def counted(stats_of):
     def score(params, arrays, lengths):
-      del params, lengths
+      del params
       stats_of.append((int(np.count_nonzero(arrays["input_ids"])) + int(np.count_nonzero(arrays["candidate_ids"])),
                        arrays["input_ids"].size + arrays["candidate_ids"].size))
-      return {"scores": np.zeros(arrays["candidate_ids"].shape[:2])}
+      return {"scores": np.zeros(lengths["tokens"].shape)}  # [B, K]
     return score
 
   real_tokens = sum(min(len(item["inputs"]), LENGTHS["inputs"])
@@ -198,4 +201,5 @@ def test_bucketing_pads_less_and_the_counts_are_the_arrays_scored(tmp_path, quic
     assert stats.padding_share == pytest.approx(1 - real_tokens / stats.positions)
     assert f"{stats.padding_share:.0%} of the tokens scored" in stats.line()
     padding[bucket] = stats.padding_share
-  assert padding[True] < padding[False] - 0.1, padding
+  # With candidates packed, in-order batches of 3 pad 52% and bucketed ones 42% (10 points less).
+  assert padding[True] < padding[False] - 0.05, padding

@@ -191,6 +191,25 @@ def test_trim_padding_keeps_every_real_token_in_length_buckets():
   assert data.trim_padding(full, np.ones((1, 1, 5), np.int32))[0].shape == (1, 20)
 
 
+def test_pack_candidates_puts_each_rows_candidates_end_to_end():
+  candidates = np.zeros((2, 3, 20), np.int32)
+  candidates[0, 0, :2], candidates[0, 1, :20], candidates[0, 2, :3] = [4, 5], np.arange(6, 26), [7, 8, 9]
+  candidates[1, 1, :1] = 3  # row 1: an empty first and last candidate
+  mask = candidates > 0
+  mask[0, 2, 2] = False  # a token conditioned on, not scored (a span's EOS)
+  packed = data.pack_candidates(candidates, mask)
+  assert packed["candidate_ids"].shape == (2, 32)  # 25 real tokens in the longest row -> bucket 32
+  assert packed["candidate_ids"][0, :25].tolist() == [4, 5, *range(6, 26), 7, 8, 9]
+  assert packed["candidate_segments"][0].tolist() == [1] * 2 + [2] * 20 + [3] * 3 + [0] * 7
+  assert packed["score_mask"][0].tolist() == [True] * 24 + [False] * 8
+  assert packed["candidate_ids"][1].tolist() == [3] + [0] * 31
+  assert packed["candidate_segments"][1].tolist() == [2] + [0] * 31
+  # Every real token once, its segment its candidate's number: packing loses nothing.
+  assert np.count_nonzero(packed["candidate_ids"]) == np.count_nonzero(candidates)
+  # All-real candidates pack to exactly K x T, off the buckets (the benchmark's kernel shape).
+  assert data.pack_candidates(np.ones((1, 4, 13), np.int32), np.ones((1, 4, 13), bool))["candidate_ids"].shape == (1, 52)
+
+
 def test_scored_text_lengths_count_characters_and_bytes_of_the_scored_tokens():
   vocabulary = seqio.ByteVocabulary(extra_ids=10)
   first_sentinel = data.first_sentinel_id(vocabulary)

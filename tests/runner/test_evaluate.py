@@ -161,7 +161,7 @@ def test_metrics_match_the_task_metrics_on_the_records(uninterrupted):
 def test_interrupted_evaluation_resumes_to_the_same_outputs(uninterrupted, checkpoint, tmp_path,
                                                             monkeypatch):
   calls = []
-  real_score = scoring.score_candidates
+  real_score = scoring.score_packed
 
   def failing_after_three(*args, **kwargs):
     if len(calls) == 3:
@@ -169,7 +169,7 @@ def test_interrupted_evaluation_resumes_to_the_same_outputs(uninterrupted, check
     calls.append(1)
     return real_score(*args, **kwargs)
 
-  monkeypatch.setattr(scoring, "score_candidates", failing_after_three)
+  monkeypatch.setattr(scoring, "score_packed", failing_after_three)
   with pytest.raises(KeyboardInterrupt, match="injected"):
     _run(checkpoint, tmp_path)
   partial = (tmp_path / outputs.PREDICTIONS_FILE).read_text().splitlines()
@@ -180,7 +180,7 @@ def test_interrupted_evaluation_resumes_to_the_same_outputs(uninterrupted, check
     f.write('{"task": "asq_intent_cloze", "id": "cut sh')  # a write killed half-way
 
   calls.clear()
-  monkeypatch.setattr(scoring, "score_candidates", lambda *a, **k: calls.append(1) or real_score(*a, **k))
+  monkeypatch.setattr(scoring, "score_packed", lambda *a, **k: calls.append(1) or real_score(*a, **k))
   _run(checkpoint, tmp_path)
   assert len(calls) == len(batch_sizes) - 3  # the finished batches are not scored again
   for name in (outputs.METRICS_FILE, outputs.PREDICTIONS_FILE):
@@ -194,7 +194,7 @@ def test_metric_groups_average_the_finished_task_metrics(uninterrupted, checkpoi
   tasks = outputs.read_metrics(str(uninterrupted))
   preference = [t for t, by_name in tasks.items() if "pairwise_accuracy" in by_name]
   assert len(preference) >= 2
-  monkeypatch.setattr(scoring, "score_candidates", None)  # nothing is scored again
+  monkeypatch.setattr(scoring, "score_packed", None)  # nothing is scored again
   returned = _run(checkpoint, tmp_path, metric_groups={
       "preference": preference, "all_tasks": list(tasks), "none": ["not_evaluated"]})
   written = outputs.read_metrics(str(tmp_path))
