@@ -68,9 +68,9 @@ def _model_evaluation(task_name, split, files, replayed: list[dict], out: pathli
   scores = iter(r["scores"] for r in replayed)
 
   def replay(params, arrays, lengths):
-    del params, lengths
+    del params
     item_scores = next(scores)
-    assert arrays["candidate_ids"].shape[:2] == (1, len(item_scores))
+    assert arrays["input_ids"].shape[0] == 1 and lengths["tokens"].shape == (1, len(item_scores))
     return {"scores": np.asarray([item_scores])}
   with outputs.PredictionsAppender(str(out)) as appender:
     evaluate.score_task(task_name, split, FEATURE_LENGTHS, 1, replay, None, appender)
