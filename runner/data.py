@@ -398,12 +398,16 @@ def bucketed_candidate_batches(examples: Iterator[Mapping[str, Any]], feature_le
 
   Each `window` examples are sorted by `length_key` (ties by position, so every process forms the
   same batches) and batched in that order; after `trim_padding` a batch pads little beyond its own
-  longest row, and its shape is one of `bucket_length`'s few buckets.
+  longest row, and its shape is one of `bucket_length`'s few buckets. A window's remainder (fewer
+  than `batch_size` items) is its first batch, of the shortest items, so that its empty rows are
+  as short as they can be (last, they were the longest: in batches of 32, TimeDial's whole file was
+  16.3% padding that way and is 15.2% this way, ASQ's 9.7% and 8.2%; issue 14).
   """
   start = 0
   for items in _chunks(examples, window):
     order = sorted(range(len(items)), key=lambda i: (length_key(items[i], feature_lengths), i))
-    for rows in _chunks(iter(order), batch_size):
+    remainder = len(order) % batch_size
+    for rows in itertools.chain([order[:remainder]] if remainder else [], _chunks(iter(order[remainder:]), batch_size)):
       chunk = [items[i] for i in rows]
       yield ([start + i for i in rows], [example_metadata(example) for example in chunk],
              candidate_batch(chunk, feature_lengths, batch_size, vocabulary, num_candidates))

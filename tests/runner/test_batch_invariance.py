@@ -130,11 +130,25 @@ def test_rewards_do_not_depend_on_the_batch_size(tmp_path, quickstart_like):
   _assert_batch_invariant(tmp_path, params, "reward")
 
 
-def _assert_first_batch(records):
-  """Three of the four short items, written in the task's order."""
+def _assert_short_items(records, count):
+  """`count` of the four short items, written in the task's order."""
   ids = [r["id"] for r in records]
-  assert len(ids) == 3 and all(i.startswith("asq") for i in ids), ids
+  assert len(ids) == count and all(i.startswith("asq") for i in ids), ids
   assert ids == sorted(ids, key=[item["id"] for item in ITEMS].index)
+
+
+def test_a_windows_remainder_is_its_first_batch_of_the_shortest_items():
+  """7 items in batches of 3: the one left over is batched first, so that the batch's two empty
+  rows are padded to the shortest shape, not the longest; every item is in one batch."""
+  batches = list(data.bucketed_candidate_batches(iter(ITEMS), LENGTHS, 3, VOCAB))
+  assert [len(positions) for positions, _, _ in batches] == [1, 3, 3]
+  assert [int(batch["example_mask"].sum()) for _, _, batch in batches] == [1, 3, 3]
+  assert sorted(p for positions, _, _ in batches for p in positions) == list(range(len(ITEMS)))
+  keys = [data.length_key(ITEMS[p], LENGTHS) for positions, _, _ in batches for p in positions]
+  assert keys == sorted(keys)
+  widths = [sum(array.shape[1] for array in data.trim_padding(batch["input_ids"], batch["candidate_ids"]))
+            for _, _, batch in batches]
+  assert widths == sorted(widths) and widths[0] < widths[-1], widths
 
 
 def _stop_after(batches: int):
@@ -143,16 +157,16 @@ def _stop_after(batches: int):
 
 
 def test_a_stopped_bucketed_evaluation_resumes_to_the_uninterrupted_file(tmp_path, quickstart_like):
-  """Stopped after the first batch (bucketed: three of the short ASQ-like items), the finished items
-  are kept; resumed, the rest are scored, and the file put in order is the uninterrupted run's,
-  byte for byte."""
+  """Stopped after two batches (bucketed: the remainder's one item, then three, the four short
+  ASQ-like items), the finished items are kept; resumed, the rest are scored, and the file put in
+  order is the uninterrupted run's, byte for byte."""
   params = init_params(CONFIG, jax.random.PRNGKey(0))
   _, whole = _score(tmp_path, params, "likelihood", 3, name="whole")
-  records, stats = _score(tmp_path, params, "likelihood", 3, should_stop=_stop_after(1), name="resumed")
-  _assert_first_batch(records)
-  assert stats.items == 3
+  records, stats = _score(tmp_path, params, "likelihood", 3, should_stop=_stop_after(2), name="resumed")
+  _assert_short_items(records, 4)
+  assert stats.items == 4
   records, stats = _score(tmp_path, params, "likelihood", 3, name="resumed")
-  assert stats.items == len(ITEMS) - 3 and stats.ids == whole.ids == [item["id"] for item in ITEMS]
+  assert stats.items == len(ITEMS) - 4 and stats.ids == whole.ids == [item["id"] for item in ITEMS]
   assert [r["id"] for r in records] != stats.ids  # the first run's items came first
   path = tmp_path / "resumed" / outputs.PREDICTIONS_FILE
   assert outputs.reorder_predictions(str(path), [("quickstart_like", i) for i in stats.ids])
@@ -172,7 +186,7 @@ def test_an_error_reading_the_items_is_raised_with_its_message(tmp_path, quickst
   monkeypatch.setattr(data, "candidate_batch", failing)
   with pytest.raises(ValueError, match=r"item \S+: bad candidates"):
     _score(tmp_path, init_params(CONFIG, jax.random.PRNGKey(0)), "likelihood", 3, name="failing")
-  _assert_first_batch(outputs.read_predictions(str(tmp_path / "failing" / outputs.PREDICTIONS_FILE)))
+  _assert_short_items(outputs.read_predictions(str(tmp_path / "failing" / outputs.PREDICTIONS_FILE)), 1)
 
 
 @pytest.mark.parametrize("batch_size", [2, 3])
