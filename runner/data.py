@@ -85,7 +85,7 @@ def bucket_length(length: int, limit: int, smallest: int = 8) -> int:
 
 
 def trim_padding(input_ids: np.ndarray, candidate_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """Drops trailing all-padding columns, keeping lengths in `bucket_length`'s buckets.
+  """Drops trailing all-padding columns (`trim_columns`) of the inputs and the candidates.
 
   Evaluation pads every batch to the task's feature lengths, but cloze candidates are usually
   far shorter (TimeDial's options are a few tokens against a `targets` length of 128): decoding
@@ -93,12 +93,13 @@ def trim_padding(input_ids: np.ndarray, candidate_ids: np.ndarray) -> tuple[np.n
   the encoder and comes after every real token in the decoder); buckets keep the number of
   compiled shapes to a handful.
   """
-  def used(ids):
-    columns = np.flatnonzero(ids.reshape(-1, ids.shape[-1]).any(axis=0))
-    return int(columns[-1]) + 1 if columns.size else 1
-  inputs = bucket_length(used(input_ids), input_ids.shape[-1])
-  steps = bucket_length(used(candidate_ids), candidate_ids.shape[-1])
-  return input_ids[..., :inputs], candidate_ids[..., :steps]
+  return trim_columns(input_ids), trim_columns(candidate_ids)
+
+
+def trim_columns(ids: np.ndarray) -> np.ndarray:
+  """`ids` [..., T] without its trailing all-padding columns, its length in `bucket_length`'s buckets."""
+  columns = np.flatnonzero(ids.reshape(-1, ids.shape[-1]).any(axis=0))
+  return ids[..., :bucket_length(int(columns[-1]) + 1 if columns.size else 1, ids.shape[-1])]
 
 
 def pack_candidates(candidate_ids: np.ndarray, score_mask: np.ndarray) -> dict[str, np.ndarray]:
@@ -123,6 +124,12 @@ def pack_candidates(candidate_ids: np.ndarray, score_mask: np.ndarray) -> dict[s
   out["candidate_segments"][row, column] = slot // steps + 1
   out["score_mask"][row, column] = np.asarray(score_mask).reshape(rows, -1)[row, slot]
   return out
+
+
+def packed_arrays(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """What evaluation's scorers read of a `candidate_batch`: `input_ids` [B, L] trimmed
+  (`trim_columns`) and the candidates packed one row per item (`pack_candidates`)."""
+  return {"input_ids": trim_columns(batch["input_ids"]), **pack_candidates(batch["candidate_ids"], batch["score_mask"])}
 
 
 def first_sentinel_id(vocabulary) -> int | None:

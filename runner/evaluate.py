@@ -311,9 +311,11 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
         appender.write(record)
       next_position += 1
 
-  batches = _prefetched(_task_batches(task_name, split, feature_lengths, batch_size, use_cached, bucket_by_length))
+  batches = _prefetched((positions, metadata, batch, data.packed_arrays(batch))  # made on the reading thread
+                        for positions, metadata, batch in _task_batches(task_name, split, feature_lengths, batch_size,
+                                                                        use_cached, bucket_by_length))
   try:
-    for positions, metadata, batch in batches:
+    for positions, metadata, batch, arrays in batches:
       if should_stop():
         break
       ids = [item["id"] for item in metadata]
@@ -324,9 +326,7 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
         write_finished_in_order()
         progress.advance(len(metadata))
         continue
-      input_ids, _ = data.trim_padding(batch["input_ids"], batch["candidate_ids"])
-      arrays = {"input_ids": input_ids, **data.pack_candidates(batch["candidate_ids"], batch["score_mask"])}
-      candidate_ids = arrays["candidate_ids"]
+      input_ids, candidate_ids = arrays["input_ids"], arrays["candidate_ids"]
       lengths = {"tokens": batch["score_mask"].sum(-1), "scored_chars": batch["scored_chars"],
                  "scored_bytes": batch["scored_bytes"]}
       if mesh is not None:
