@@ -291,7 +291,7 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
   are still written in the task's order, each as soon as every item before it is written. Before
   each batch `should_stop()` is asked; when it says so (or scoring raises) the task stops there,
   every finished item written, the last ones perhaps out of order (`outputs.reorder_predictions`
-  puts a resumed file back in order). Batches are read and padded on a thread ahead of scoring.
+  puts a resumed file back in order). Batches are read, padded and packed on a thread ahead of scoring.
   `batch_size` is global: with `mesh`, each process reads every batch and places on its devices
   the rows they hold (`partitioning.global_batch`); `score_fn` returns the whole batch's scores to
   every process, so every process calls `appender.write` for the same items.
