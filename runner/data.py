@@ -354,10 +354,19 @@ def candidate_examples(task_name: str, split: str, feature_lengths: Mapping[str,
   return _grouped_examples(dataset, group), task.output_features["candidates"].vocabulary
 
 
+def batch_rows(items: int, batch_size: int, row_multiple: int = 1) -> int:
+  """Rows of an evaluation batch of `items` examples: `batch_size`, or fewer for a last batch, its
+  items rounded up to `row_multiple` (the blocks a mesh splits rows into,
+  `partitioning.batch_blocks`). A task of 4 items in batches of 32 was 87% empty rows; a short
+  batch compiles its own shape, but there is one per task (per window, bucketed)."""
+  return min(batch_size, -(-items // row_multiple) * row_multiple)
+
+
 def candidate_batch(examples: Sequence[Mapping[str, Any]], feature_lengths: Mapping[str, int], batch_size: int,
-                    vocabulary, num_candidates=None) -> dict[str, np.ndarray]:
+                    vocabulary, num_candidates=None, row_multiple: int = 1) -> dict[str, np.ndarray]:
   """One evaluation batch of `examples` (at most `batch_size`), as `candidate_batches` describes."""
   real = len(examples)
+  batch_size = batch_rows(real, batch_size, row_multiple)
   arrays = candidate_arrays(examples, *_lengths(feature_lengths), num_candidates)
   arrays["score_mask"] = np.asarray(scoring.span_score_mask(arrays["candidate_ids"], first_sentinel_id(vocabulary),
                                                             vocabulary.eos_id))
@@ -369,11 +378,13 @@ def candidate_batch(examples: Sequence[Mapping[str, Any]], feature_lengths: Mapp
 
 
 def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, int], batch_size: int, *,
-                      use_cached=False, num_candidates=None) -> Iterator[tuple[list[dict], dict[str, np.ndarray]]]:
+                      use_cached=False, num_candidates=None, row_multiple: int = 1
+                      ) -> Iterator[tuple[list[dict], dict[str, np.ndarray]]]:
   """Every example of a cloze/preference task exactly once, in the task's order, for evaluation.
 
-  Yields (metadata of each real example, batch). Batches have exactly `batch_size` rows (fixed
-  shapes for jit): the last one is padded, and `example_mask` [B] marks the real rows. Besides
+  Yields (metadata of each real example, batch). Batches have `batch_size` rows; the last one
+  has its items padded to a multiple of `row_multiple` (`batch_rows`), and `example_mask` [B]
+  marks the real rows. Besides
   `candidate_arrays`' arrays, `score_mask` [B, K, T] marks the tokens a candidate's score sums
   (`models.scoring.span_score_mask`), and `scored_chars`, `scored_bytes` [B, K] measure the text
   those tokens decode to, for per-character and per-byte normalisation.
@@ -382,7 +393,7 @@ def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, 
   examples, vocabulary = candidate_examples(task_name, split, feature_lengths, use_cached)
   for chunk in _chunks(examples, batch_size):
     yield ([example_metadata(example) for example in chunk],
-           candidate_batch(chunk, feature_lengths, batch_size, vocabulary, num_candidates))
+           candidate_batch(chunk, feature_lengths, batch_size, vocabulary, num_candidates, row_multiple))
 
 
 def length_key(example: Mapping[str, Any], feature_lengths: Mapping[str, int]) -> tuple[int, ...]:
@@ -398,17 +409,16 @@ def length_key(example: Mapping[str, Any], feature_lengths: Mapping[str, int]) -
 
 
 def bucketed_candidate_batches(examples: Iterator[Mapping[str, Any]], feature_lengths: Mapping[str, int],
-                               batch_size: int, vocabulary, num_candidates=None, window: int = BUCKET_WINDOW
-                               ) -> Iterator[tuple[list[int], list[dict], dict[str, np.ndarray]]]:
+                               batch_size: int, vocabulary, num_candidates=None, window: int = BUCKET_WINDOW,
+                               row_multiple: int = 1) -> Iterator[tuple[list[int], list[dict], dict[str, np.ndarray]]]:
   """`candidate_batches` of `examples` (`candidate_examples`' iterator) grouped by length: yields
   (each real row's position in the examples' order, metadata, batch).
 
   Each `window` examples are sorted by `length_key` (ties by position, so every process forms the
   same batches) and batched in that order; after `trim_padding` a batch pads little beyond its own
   longest row, and its shape is one of `bucket_length`'s few buckets. A window's remainder (fewer
-  than `batch_size` items) is its first batch, of the shortest items, so that its empty rows are
-  as short as they can be (last, they were the longest: in batches of 32, TimeDial's whole file was
-  16.3% padding that way and is 15.2% this way, ASQ's 9.7% and 8.2%; issue 14).
+  than `batch_size` items, its rows rounded up to `row_multiple`: `batch_rows`) is its first batch,
+  of the shortest items, so that any empty rows are as short as they can be.
   """
   start = 0
   for items in _chunks(examples, window):
@@ -417,5 +427,5 @@ def bucketed_candidate_batches(examples: Iterator[Mapping[str, Any]], feature_le
     for rows in itertools.chain([order[:remainder]] if remainder else [], _chunks(iter(order[remainder:]), batch_size)):
       chunk = [items[i] for i in rows]
       yield ([start + i for i in rows], [example_metadata(example) for example in chunk],
-             candidate_batch(chunk, feature_lengths, batch_size, vocabulary, num_candidates))
+             candidate_batch(chunk, feature_lengths, batch_size, vocabulary, num_candidates, row_multiple))
     start += len(items)

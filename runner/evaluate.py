@@ -256,9 +256,10 @@ def _prefetched(batches: Iterator, size: int = PREFETCH_BATCHES) -> Iterator:
     stopped.set()
 
 
-def _task_batches(task_name, split, feature_lengths, batch_size, use_cached, bucket_by_length):
+def _task_batches(task_name, split, feature_lengths, batch_size, use_cached, bucket_by_length, row_multiple):
   """(each real row's position in the task's order, metadata with distinct ids (`distinct_ids`,
-  numbered in the task's order), batch), bucketed by length or in the task's order."""
+  numbered in the task's order), batch), bucketed by length or in the task's order; a batch of
+  fewer than `batch_size` items has its rows rounded up to `row_multiple` (`data.batch_rows`)."""
   occurrences: dict[str, int] = {}
   if bucket_by_length and batch_size > 1:  # a one-item batch is trimmed to its own lengths already
     examples, vocabulary = data.candidate_examples(task_name, split, feature_lengths, use_cached)
@@ -267,10 +268,12 @@ def _task_batches(task_name, split, feature_lengths, batch_size, use_cached, buc
       for example in examples:
         [example["id"]] = distinct_ids([data.example_id(example)], occurrences)
         yield example
-    yield from data.bucketed_candidate_batches(numbered(), feature_lengths, batch_size, vocabulary)
+    yield from data.bucketed_candidate_batches(numbered(), feature_lengths, batch_size, vocabulary,
+                                               row_multiple=row_multiple)
     return
   start = 0
-  for metadata, batch in data.candidate_batches(task_name, split, feature_lengths, batch_size, use_cached=use_cached):
+  for metadata, batch in data.candidate_batches(task_name, split, feature_lengths, batch_size, use_cached=use_cached,
+                                                row_multiple=row_multiple):
     for item, item_id in zip(metadata, distinct_ids([item["id"] for item in metadata], occurrences)):
       item["id"] = item_id
     yield list(range(start, start + len(metadata))), metadata, batch
@@ -311,9 +314,10 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
         appender.write(record)
       next_position += 1
 
+  row_multiple = 1 if mesh is None else partitioning.batch_blocks(mesh, rules)
   batches = _prefetched((positions, metadata, batch, data.packed_arrays(batch))  # made on the reading thread
                         for positions, metadata, batch in _task_batches(task_name, split, feature_lengths, batch_size,
-                                                                        use_cached, bucket_by_length))
+                                                                        use_cached, bucket_by_length, row_multiple))
   try:
     for positions, metadata, batch, arrays in batches:
       if should_stop():
@@ -645,9 +649,8 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   partitioning.initialize_distributed(multi_host)
   mesh = partitioning.create_mesh(*mesh_shape)  # every process's devices: a model may outgrow a host
   rules = partitioning.as_rules(logical_axis_rules)
-  if batch_size % mesh.shape["data"]:
-    raise ValueError(f"BATCH_SIZE {batch_size} is not divisible by the mesh's data axis "
-                     f"({mesh.shape['data']})")
+  if batch_size % (blocks := partitioning.batch_blocks(mesh, rules)):
+    raise ValueError(f"BATCH_SIZE {batch_size} is not divisible by the mesh's data axis ({blocks})")
   tasks = candidate_tasks(mixture_or_task_name, split)
   data.require_examples(tasks, split)
   config, params = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)

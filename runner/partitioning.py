@@ -155,15 +155,24 @@ def param_shardings(params, config: T5Config, mesh: Mesh, rules=STANDARD_LOGICAL
 def _dividing(spec: PartitionSpec, shape, mesh: Mesh) -> PartitionSpec:
   """`spec` with every dimension that its mesh axes do not divide kept whole: jax splits arrays
   evenly only, and T5.1.1 small's 6 heads (its relative position biases) do not split 4 ways."""
-  def ways(axes):
-    return int(np.prod([mesh.shape[axis] for axis in ((axes,) if isinstance(axes, str) else axes)]))
-  return PartitionSpec(*(axes if axes is None or shape[dim] % ways(axes) == 0 else None
+  return PartitionSpec(*(axes if axes is None or shape[dim] % _ways(mesh, axes) == 0 else None
                          for dim, axes in enumerate(spec)))
+
+
+def _ways(mesh: Mesh, axes) -> int:
+  """How many blocks a dimension split over `axes` (a mesh axis, a tuple of them, or None) has."""
+  return int(np.prod([mesh.shape[axis] for axis in ((axes,) if isinstance(axes, str) else axes or ())]))
 
 
 def batch_sharding(mesh: Mesh, rules=STANDARD_LOGICAL_AXIS_RULES) -> NamedSharding:
   """Rows of a batch split along the mesh axis the 'batch' rule names; other dimensions whole."""
   return NamedSharding(mesh, nn.logical_to_mesh_axes(("batch",), rules))
+
+
+def batch_blocks(mesh: Mesh, rules=STANDARD_LOGICAL_AXIS_RULES) -> int:
+  """How many blocks `batch_sharding` splits a batch's rows into: a batch's rows must be a multiple."""
+  [axes] = nn.logical_to_mesh_axes(("batch",), rules)
+  return _ways(mesh, axes)
 
 
 def opt_state_shardings(optimizer, abstract_params, params_shardings, mesh: Mesh):

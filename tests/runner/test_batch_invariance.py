@@ -137,12 +137,15 @@ def _assert_short_items(records, count):
   assert ids == sorted(ids, key=[item["id"] for item in ITEMS].index)
 
 
-def test_a_windows_remainder_is_its_first_batch_of_the_shortest_items():
-  """7 items in batches of 3: the one left over is batched first, so that the batch's two empty
-  rows are padded to the shortest shape, not the longest; every item is in one batch."""
-  batches = list(data.bucketed_candidate_batches(iter(ITEMS), LENGTHS, 3, VOCAB))
+@pytest.mark.parametrize("row_multiple", [1, 3])
+def test_a_windows_remainder_is_its_first_batch_of_the_shortest_items(row_multiple):
+  """7 items in batches of 3: the one left over is batched first, in one row, or in three on a
+  mesh that splits rows in 3 blocks, whose two empty rows are then the shortest shape, not the
+  longest; every item is in one batch."""
+  batches = list(data.bucketed_candidate_batches(iter(ITEMS), LENGTHS, 3, VOCAB, row_multiple=row_multiple))
   assert [len(positions) for positions, _, _ in batches] == [1, 3, 3]
   assert [int(batch["example_mask"].sum()) for _, _, batch in batches] == [1, 3, 3]
+  assert [len(batch["input_ids"]) for _, _, batch in batches] == [row_multiple, 3, 3]
   assert sorted(p for positions, _, _ in batches for p in positions) == list(range(len(ITEMS)))
   keys = [data.length_key(ITEMS[p], LENGTHS) for positions, _, _ in batches for p in positions]
   assert keys == sorted(keys)

@@ -108,14 +108,19 @@ def test_every_process_reads_the_batches_one_process_reads(monkeypatch, candidat
       np.testing.assert_array_equal(one[name], other[name])
 
 
-def test_candidate_batches_cover_every_item_once_and_pad_the_last_batch():
-  batches = list(data.candidate_batches(TASK, "train", LENGTHS, 4))
+@pytest.mark.parametrize("row_multiple, last_rows", [(1, 2), (4, 4)])
+def test_candidate_batches_cover_every_item_once_and_pad_the_last_batch(row_multiple, last_rows):
+  """10 items in batches of 4: the last batch's 2 items fill 2 rows, or 4 on a mesh that splits
+  rows in 4 blocks (empty rows padded, example_mask False)."""
+  batches = list(data.candidate_batches(TASK, "train", LENGTHS, 4, row_multiple=row_multiple))
   assert [len(metadata) for metadata, _ in batches] == [4, 4, 2]
+  assert [len(batch["input_ids"]) for _, batch in batches] == [4, 4, last_rows]
   metadata = [m for ms, _ in batches for m in ms]
   assert [m["id"] for m in metadata] == [item["id"] for item in ITEMS]
   assert metadata[3]["candidates_pretokenized"] == ["a3", "b3", "c3"]
   last = batches[-1][1]
-  np.testing.assert_array_equal(last["example_mask"], [True, True, False, False])
+  np.testing.assert_array_equal(last["example_mask"], [True, True] + [False] * (last_rows - 2))
+  assert all(len(value) == last_rows for value in last.values())
   assert not last["input_ids"][2:].any() and not last["candidate_mask"][2:].any()
   for (ms, batch) in batches:
     for row, m in enumerate(ms):
@@ -125,6 +130,12 @@ def test_candidate_batches_cover_every_item_once_and_pad_the_last_batch():
         assert list(batch["candidate_ids"][row, k]) == _byte_ids(text, 6)
       assert batch["candidate_mask"][row].sum() == len(item["candidates"])
       assert list(batch["candidate_labels"][row, :len(item["candidates"])]) == item["candidate_labels"]
+
+
+def test_a_short_batch_has_its_items_rounded_up_to_the_row_multiple():
+  assert [data.batch_rows(items, 32) for items in (1, 7, 32)] == [1, 7, 32]
+  assert [data.batch_rows(items, 32, 8) for items in (1, 7, 9, 25, 32)] == [8, 8, 16, 32, 32]
+  assert data.batch_rows(5, 6, 3) == 6
 
 
 def _assert_same(ours, theirs):

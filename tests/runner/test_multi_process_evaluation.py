@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
 # gin/models/t5_1_1/tiny.gin's model (gin/quickstart.gin includes it), with random parameters.
 CONFIG = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128, num_encoder_layers=2,
                   num_decoder_layers=2, mlp_activations=("gelu", "linear"), logits_via_embedding=False)
-# 12 items in batches of 8: the second batch holds 4 real rows and 4 padding rows.
+# 12 items in batches of 8: one batch holds all 8 rows' items, the other 4 (bucketed: the first).
 EVAL_FLAGS = ["--gin_file=gin/runs/eval.gin", "--gin_file=gin/quickstart.gin",
               "--gin.MIXTURE_OR_TASK_NAME='asq_intent_cloze'", "--gin.BATCH_SIZE=8",
               "--gin.TASK_FEATURE_LENGTHS={'inputs': 128, 'targets': 32}"]

@@ -95,16 +95,19 @@ def test_multi_host_detection_from_the_environment():
 
 def test_global_batch_places_the_rows_each_device_holds(run_python):
   """On 8 devices, a (4, 2) mesh gives each device a quarter of the rows (replicated over `model`),
-  a (1, 8) mesh every row to every device; process_rows spans what this process's devices hold."""
+  a (1, 8) mesh every row to every device, and rules that put the batch on both axes an eighth;
+  process_rows spans what this process's devices hold, and batch_blocks counts the row blocks."""
   out = run_python("""
       import numpy as np
       from runner import partitioning
       batch = {"input_ids": np.arange(8 * 3, dtype=np.int32).reshape(8, 3)}
-      for shape in [(4, 2), (1, 8)]:
+      both = (("batch", ("data", "model")),) + partitioning.STANDARD_LOGICAL_AXIS_RULES[1:]
+      for shape, rules in [((4, 2), partitioning.STANDARD_LOGICAL_AXIS_RULES),
+                           ((1, 8), partitioning.STANDARD_LOGICAL_AXIS_RULES), ((4, 2), both)]:
         mesh = partitioning.create_mesh(*shape)
-        array = partitioning.global_batch(batch, mesh)["input_ids"]
+        array = partitioning.global_batch(batch, mesh, rules)["input_ids"]
         np.testing.assert_array_equal(np.asarray(array), batch["input_ids"])
         rows = sorted({len(shard.data) for shard in array.addressable_shards})
-        print(shape, rows, partitioning.process_rows(mesh, 8))
+        print(shape, rows, partitioning.process_rows(mesh, 8, rules), partitioning.batch_blocks(mesh, rules))
       """, devices=8)
-  assert out.splitlines() == ["(4, 2) [2] (0, 8)", "(1, 8) [8] (0, 8)"]
+  assert out.splitlines() == ["(4, 2) [2] (0, 8) 4", "(1, 8) [8] (0, 8) 1", "(4, 2) [1] (0, 8) 8"]

@@ -1,4 +1,5 @@
-"""Evaluation on a (data 2, model 4) mesh of 8 simulated devices: sharded as training is, same scores."""
+"""Evaluation on a (data 2, model 4) mesh of 8 simulated devices: sharded as training is, same scores;
+on (data 8): a short batch's rows are a multiple of 8."""
 import json
 
 
@@ -39,18 +40,31 @@ def test_evaluation_on_a_2x4_mesh_shards_the_model_and_matches_one_device(run_py
       # The same items scored on one device, unsharded, outside any mesh.
       single = jax.device_put(jax.device_get(params), jax.devices()[0])
       with outputs.PredictionsAppender("single") as appender:
-        evaluate.score_task("asq_intent_cloze", "test", lengths, 8,
-                            evaluate.make_score_fn(config, "likelihood"), single, appender)
+        stats = evaluate.score_task("asq_intent_cloze", "test", lengths, 8,
+                                    evaluate.make_score_fn(config, "likelihood"), single, appender)
+      print("rows alone", sorted(shape[0] for shape in stats.shapes.elements()))
+      # Rows split 8 ways: the short batch's 4 items take 8 rows, one per device.
+      eight = partitioning.create_mesh(8, 1)
+      _, params = checkpoints.load_params("ckpt", config, eight)
+      with outputs.PredictionsAppender("eight") as appender:
+        stats = evaluate.score_task("asq_intent_cloze", "test", lengths, 8,
+                                    evaluate.make_score_fn(config, "likelihood", mesh=eight), params, appender,
+                                    mesh=eight)
+      print("rows on 8", sorted(shape[0] for shape in stats.shapes.elements()))
       print("items written:", len(outputs.read_predictions("sharded/predictions.jsonl")))
       """, devices=8)
+  # The task's 12 items: a short batch of 4 (bucketed: the first), then 8.
+  assert "rows alone [4, 8]" in out and "rows on 8 [8, 8]" in out, out
   inside, outside = map(int, out.split("constraints ")[1].split()[:2])
   assert inside > 0 and outside == 0, (inside, outside)
   read = lambda name: {r["id"]: r["scores"] for r in map(json.loads, (tmp_path / name / "predictions.jsonl")
                                                           .read_text().splitlines())}
-  sharded, single = read("sharded"), read("single")
-  assert sharded.keys() == single.keys() and len(sharded) == int(out.split("items written: ")[1].split()[0]) > 4
-  difference = max(abs(a - b) for key in sharded for a, b in zip(sharded[key], single[key]))
-  assert difference <= 1e-5, difference
+  sharded, single, eight = read("sharded"), read("single"), read("eight")
+  assert sharded.keys() == single.keys() == eight.keys()
+  assert len(sharded) == int(out.split("items written: ")[1].split()[0]) > 4
+  for other in (sharded, eight):
+    difference = max(abs(a - b) for key in other for a, b in zip(other[key], single[key]))
+    assert difference <= 1e-5, difference
 
 
 def test_small_on_a_1x4_mesh_holds_a_quarter_per_device_and_scores_as_one_device(run_python):
