@@ -224,7 +224,8 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
                      "scripts.normalize_reward after training")
   mesh = partitioning.create_mesh(*mesh_shape)
   check_settings(train_steps=train_steps, batch_size=batch_size, accumulation_steps=accumulation_steps,
-                 data_axis=mesh.shape["data"], model_config=model_config, vocabulary_size=vocabulary_size)
+                 data_axis=partitioning.batch_blocks(mesh, partitioning.as_rules(logical_axis_rules)),
+                 model_config=model_config, vocabulary_size=vocabulary_size)
   optimizer = optimizer or trainer.make_optimizer()
   _print_preflight(model_config, mesh, batch_size=batch_size, feature_lengths=task_feature_lengths,
                    optimizer=optimizer, accumulation_steps=accumulation_steps, objective=objective,

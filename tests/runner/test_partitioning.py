@@ -111,3 +111,27 @@ def test_global_batch_places_the_rows_each_device_holds(run_python):
         print(shape, rows, partitioning.process_rows(mesh, 8, rules), partitioning.batch_blocks(mesh, rules))
       """, devices=8)
   assert out.splitlines() == ["(4, 2) [2] (0, 8) 4", "(1, 8) [8] (0, 8) 1", "(4, 2) [1] (0, 8) 8"]
+
+
+def test_a_batch_size_the_row_blocks_do_not_divide_is_refused_before_any_work(run_python):
+  """BATCH_SIZE 6 on 4 devices: evaluation and generation refuse it by the number of row blocks
+  (`batch_blocks`), 4 with rules that put the batch on both mesh axes of a (2, 2) mesh; 6 splits
+  over the data axis alone (2) and then fails elsewhere (the checkpoint does not exist)."""
+  out = run_python("""
+      from runner import evaluate, infer, partitioning
+      both = (("batch", ("data", "model")),) + partitioning.STANDARD_LOGICAL_AXIS_RULES[1:]
+      for rules in (both, partitioning.STANDARD_LOGICAL_AXIS_RULES):
+        calls = {"evaluate": lambda: evaluate.evaluate(
+                     mixture_or_task_name="none", task_feature_lengths={}, checkpoint_path="none",
+                     output_dir="out", batch_size=6, mesh_shape=(2, 2), logical_axis_rules=rules),
+                 "generate": lambda: infer._load("none", None, None, (2, 2), rules, 6)}
+        for name, call in calls.items():
+          try:
+            call()
+          except Exception as e:  # pylint: disable=broad-except
+            print(name, type(e).__name__, str(e).splitlines()[0])
+      """, devices=4)
+  lines = out.splitlines()
+  assert lines[:2] == ["evaluate ValueError BATCH_SIZE 6 is not divisible by the mesh's data axis (4)",
+                       "generate ValueError BATCH_SIZE 6 is not divisible by the mesh's data axis (4)"], out
+  assert len(lines) == 4 and not any("divisible" in line for line in lines[2:]), out
