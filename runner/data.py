@@ -366,14 +366,14 @@ def candidate_batch(examples: Sequence[Mapping[str, Any]], feature_lengths: Mapp
                     vocabulary, num_candidates=None, row_multiple: int = 1) -> dict[str, np.ndarray]:
   """One evaluation batch of `examples` (at most `batch_size`), as `candidate_batches` describes."""
   real = len(examples)
-  batch_size = batch_rows(real, batch_size, row_multiple)
+  rows = batch_rows(real, batch_size, row_multiple)
   arrays = candidate_arrays(examples, *_lengths(feature_lengths), num_candidates)
   arrays["score_mask"] = np.asarray(scoring.span_score_mask(arrays["candidate_ids"], first_sentinel_id(vocabulary),
                                                             vocabulary.eos_id))
   arrays.update(scored_text_lengths(vocabulary, arrays["candidate_ids"], arrays["score_mask"]))
-  batch = {name: np.pad(value, [(0, batch_size - real)] + [(0, 0)] * (value.ndim - 1))
+  batch = {name: np.pad(value, [(0, rows - real)] + [(0, 0)] * (value.ndim - 1))
            for name, value in arrays.items()}
-  batch["example_mask"] = np.arange(batch_size) < real
+  batch["example_mask"] = np.arange(rows) < real
   return batch
 
 
@@ -382,10 +382,9 @@ def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, 
                       ) -> Iterator[tuple[list[dict], dict[str, np.ndarray]]]:
   """Every example of a cloze/preference task exactly once, in the task's order, for evaluation.
 
-  Yields (metadata of each real example, batch). Batches have `batch_size` rows; the last one
-  has its items padded to a multiple of `row_multiple` (`batch_rows`), and `example_mask` [B]
-  marks the real rows. Besides
-  `candidate_arrays`' arrays, `score_mask` [B, K, T] marks the tokens a candidate's score sums
+  Yields (metadata of each real example, batch). Batches have `batch_size` rows, the last one its
+  items' rows padded to a multiple of `row_multiple` (`batch_rows`); `example_mask` [B] marks the
+  real rows. Besides `candidate_arrays`' arrays, `score_mask` [B, K, T] marks the tokens a candidate's score sums
   (`models.scoring.span_score_mask`), and `scored_chars`, `scored_bytes` [B, K] measure the text
   those tokens decode to, for per-character and per-byte normalisation.
   Metadata holds every non-token feature (id, *_pretokenized texts, candidate_rules, ...).
