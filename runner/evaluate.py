@@ -649,8 +649,7 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   partitioning.initialize_distributed(multi_host)
   mesh = partitioning.create_mesh(*mesh_shape)  # every process's devices: a model may outgrow a host
   rules = partitioning.as_rules(logical_axis_rules)
-  if batch_size % (blocks := partitioning.batch_blocks(mesh, rules)):
-    raise ValueError(f"BATCH_SIZE {batch_size} is not divisible by the mesh's data axis ({blocks})")
+  partitioning.check_batch_size(batch_size, mesh, rules)
   tasks = candidate_tasks(mixture_or_task_name, split)
   data.require_examples(tasks, split)
   config, params = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)

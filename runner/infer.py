@@ -123,9 +123,7 @@ def read_situations(path: str) -> list[dict]:
 def _load(checkpoint_path, model_config, reward_checkpoint_path, mesh_shape, rules, batch_size):
   """(mesh, (config, params), reward model or None) on a mesh of every process's devices."""
   mesh = partitioning.create_mesh(*mesh_shape)
-  data_axis = partitioning.batch_blocks(mesh, rules)
-  if batch_size % data_axis:
-    raise ValueError(f"BATCH_SIZE {batch_size} is not divisible by the mesh's data axis ({data_axis})")
+  partitioning.check_batch_size(batch_size, mesh, rules)
   model = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)
   reward_model = None
   if reward_checkpoint_path:

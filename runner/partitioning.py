@@ -175,6 +175,12 @@ def batch_blocks(mesh: Mesh, rules=STANDARD_LOGICAL_AXIS_RULES) -> int:
   return _ways(mesh, axes)
 
 
+def check_batch_size(batch_size: int, mesh: Mesh, rules=STANDARD_LOGICAL_AXIS_RULES) -> None:
+  """Refuses, before any work, a global batch that the mesh's row blocks (`batch_blocks`) do not divide."""
+  if batch_size % (blocks := batch_blocks(mesh, rules)):
+    raise ValueError(f"BATCH_SIZE {batch_size} is not divisible by the mesh's data axis ({blocks})")
+
+
 def opt_state_shardings(optimizer, abstract_params, params_shardings, mesh: Mesh):
   """Shardings of the optimizer state, derived from the parameters' shardings.
 
