@@ -52,6 +52,7 @@ from models import scoring
 from models.config import T5Config
 from runner import checkpoints
 from runner import data
+from runner import host_memory
 from runner import outputs
 from runner import partitioning
 from runner import report
@@ -647,6 +648,7 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   if not isinstance(bucket_by_length, bool):
     raise ValueError(f"BUCKET_BY_LENGTH must be True or False, got {bucket_by_length!r}")
   partitioning.initialize_distributed(multi_host)
+  host_memory.reuse_freed_memory()
   mesh = partitioning.create_mesh(*mesh_shape)  # every process's devices: a model may outgrow a host
   rules = partitioning.as_rules(logical_axis_rules)
   partitioning.check_batch_size(batch_size, mesh, rules)

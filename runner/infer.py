@@ -24,6 +24,7 @@ from models import reward as reward_lib
 from models.config import T5Config
 from runner import checkpoints
 from runner import data
+from runner import host_memory
 from runner import outputs
 from runner import partitioning
 from runner.progress import Progress
@@ -241,6 +242,7 @@ def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
   stop at its own batch while the others waited for it): they stop where they are.
   """
   partitioning.initialize_distributed()  # before anything touches a device
+  host_memory.reuse_freed_memory()
   if input_file is not None:
     if format_inputs is None or vocabulary is None:
       raise ValueError("infer: a situations file needs format_inputs and vocabulary "

@@ -18,6 +18,7 @@ from models import reward as reward_lib
 from models.config import T5Config
 from runner import checkpoints
 from runner import data
+from runner import host_memory
 from runner import outputs
 from runner import partitioning
 
@@ -95,6 +96,7 @@ def normalize_checkpoint(*, checkpoint_path: str, output_dir: str, mixture_or_ta
   """Loads a reward checkpoint (any `checkpoints.load_params` reads), normalises it on the
   references of `mixture_or_task_name`'s `split` and writes it to `output_dir` (`normalize`).
   scripts/normalize_reward.py calls it through gin, on this host's devices."""
+  host_memory.reuse_freed_memory()  # before anything touches a device
   rules = partitioning.as_rules(logical_axis_rules)
   mesh = partitioning.create_mesh(*mesh_shape, devices=jax.local_devices())
   config, params = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)

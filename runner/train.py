@@ -22,6 +22,7 @@ from models.config import T5Config
 from models.network import init_params
 from runner import checkpoints
 from runner import data
+from runner import host_memory
 from runner import outputs
 from runner import partitioning
 from runner import preflight as run_preflight
@@ -219,6 +220,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
     raise ValueError(f"normalize_reward_task needs a reward model (OBJECTIVE 'pairwise' or 'listwise'), "
                      f"not {objective!r}")
   partitioning.initialize_distributed(multi_host)
+  host_memory.reuse_freed_memory()
   if normalize_reward_task is not None and jax.process_count() > 1:
     raise ValueError("normalize_reward_task runs in one process; on several hosts, run "
                      "scripts.normalize_reward after training")

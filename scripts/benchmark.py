@@ -30,7 +30,7 @@ from absl import app
 from absl import flags
 
 from models import checkpoint_import, decoding, network, scoring
-from runner import partitioning, trainer
+from runner import host_memory, partitioning, trainer
 from scripts import bench_evaluation, bench_flops, bench_profile, bench_report, bench_timing, console
 
 try:
@@ -346,6 +346,7 @@ def main(argv):
   # Chosen before any backend starts: a GPU run must not fall back to the CPU silently.
   if _DEVICE.value != "auto":
     jax.config.update("jax_platforms", "cuda" if _DEVICE.value == "gpu" else "cpu")
+  host_memory.reuse_freed_memory()  # as training and evaluation run (runner/host_memory.py)
   device = "gpu" if jax.default_backend() == "gpu" else "cpu"
   records = run(_MODEL.value, _SUITES.value, _REPS.value, device, _DTYPE.value, _SEED.value, _QUICK.value)
   print(bench_report.table(records))
