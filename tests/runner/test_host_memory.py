@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from runner import host_memory
 from tests.conftest import PROJECT_ROOT
 
 # A call with 64 MB of temporaries (three 16 MB products alive at once), run 12 times; it prints
@@ -47,8 +48,8 @@ def _glibc() -> bool:
     return False
 
 
-def _run(mode: str) -> dict:
-  result = subprocess.run([sys.executable, "-c", CALLS, mode], cwd=PROJECT_ROOT, capture_output=True, text=True,
+def _run(mode: str, program: str = CALLS) -> dict:
+  result = subprocess.run([sys.executable, "-c", program, mode], cwd=PROJECT_ROOT, capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PROJECT_ROOT), "JAX_PLATFORMS": "cpu"},
                           timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
@@ -64,3 +65,47 @@ def test_a_calls_temporaries_reuse_the_pages_of_the_call_before():
   assert min(plain["faults"]) > 0.9 * plain["temporary_pages"], plain
   assert reused["applied"] is True
   assert statistics.median(reused["faults"]) < 0.01 * reused["temporary_pages"], reused
+
+
+# The tiny model scoring 32 items of 436 + 4 x 14 tokens: YNNPACK's fused kernels allocate their
+# intermediates on XLA's worker threads. After the imports `scripts.evaluate` makes (TensorFlow,
+# seqio), before the backend starts or after it; it prints the page faults of each call after the
+# first 3.
+SCORING = """
+import json, resource, sys
+import jax, numpy as np
+import t5_tasks
+from models import network
+from runner import data, evaluate, host_memory, partitioning
+from scripts import benchmark
+if sys.argv[1] == "backend_first":
+  jax.devices()
+host_memory.reuse_freed_memory()
+config = benchmark.model_config("tiny")
+params = jax.device_put(network.init_params(config, jax.random.PRNGKey(0)))
+mesh = partitioning.create_mesh(1, 1, devices=jax.devices()[:1])
+score_fn = evaluate.make_score_fn(config, "likelihood", "token", mesh)
+rng = np.random.default_rng(0)
+candidates = rng.integers(3, 259, (32, 4, 14)).astype(np.int32)
+mask = np.ones(candidates.shape, bool)
+arrays = partitioning.global_batch({"input_ids": rng.integers(3, 259, (32, 436)).astype(np.int32),
+                                    **data.pack_candidates(candidates, mask)}, mesh)
+lengths = {"tokens": mask.sum(-1), "scored_chars": mask.sum(-1), "scored_bytes": mask.sum(-1)}
+faults = []
+for _ in range(10):
+  before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+  score_fn(params, arrays, lengths)
+  faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(json.dumps(dict(faults=faults[3:])))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not _glibc(), reason="the settings are glibc's")
+def test_the_worker_threads_blocks_are_reused_when_it_runs_before_the_backend_starts():
+  if host_memory.has_accelerator_devices():
+    pytest.skip("a host with GPU or TPU devices keeps glibc's arenas")
+  late, first = _run("backend_first", SCORING), _run("settings_first", SCORING)
+  # Started before the settings, the worker threads have arenas of their own and map their large
+  # blocks afresh on every call.
+  assert statistics.median(late["faults"]) > 10_000, late
+  assert statistics.median(first["faults"]) < 0.01 * statistics.median(late["faults"]), first
