@@ -21,6 +21,8 @@ import ctypes
 import glob
 import sys
 
+import jax
+
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
@@ -39,6 +41,7 @@ def _mallopt():
 
 
 def has_accelerator_devices() -> bool:
+  """Whether the host has GPU or TPU device files (checked without starting JAX's backends)."""
   return any(glob.glob(pattern) for pattern in _ACCELERATOR_FILES)
 
 
@@ -48,7 +51,6 @@ def reuse_freed_memory() -> bool:
   Call before anything touches a device: the arena and dispatch settings only hold for the
   threads and the CPU client that start afterwards.
   """
-  import jax  # pylint: disable=g-import-not-at-top
   jax.config.update("jax_cpu_enable_async_dispatch", False)
   mallopt = _mallopt()
   if mallopt is None or has_accelerator_devices():
