@@ -30,7 +30,7 @@ _M_ARENA_MAX = -8
 _ACCELERATOR_FILES = ("/dev/nvidia[0-9]*", "/dev/accel[0-9]*", "/dev/vfio/[0-9]*")
 
 
-def _mallopt():
+def glibc_mallopt():
   """glibc's mallopt, or None (not Linux, or not glibc: musl has no mallopt)."""
   if not sys.platform.startswith("linux"):
     return None
@@ -52,7 +52,7 @@ def reuse_freed_memory() -> bool:
   threads and the CPU client that start afterwards.
   """
   jax.config.update("jax_cpu_enable_async_dispatch", False)
-  mallopt = _mallopt()
+  mallopt = glibc_mallopt()
   if mallopt is None or has_accelerator_devices():
     return False
   mallopt(_M_ARENA_MAX, 1)  # before the backend starts its worker threads

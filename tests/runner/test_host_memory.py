@@ -3,7 +3,6 @@
 Each case runs in its own process: the settings must be made before JAX's CPU client starts.
 Page faults are counted by the kernel (getrusage), not timed.
 """
-import ctypes
 import json
 import statistics
 import subprocess
@@ -41,13 +40,6 @@ print(json.dumps(dict(applied=applied, temporary_pages=compiled.memory_analysis(
 """
 
 
-def _glibc() -> bool:
-  try:
-    return hasattr(ctypes.CDLL("libc.so.6"), "mallopt")
-  except OSError:
-    return False
-
-
 def _run(mode: str, program: str = CALLS) -> dict:
   result = subprocess.run([sys.executable, "-c", program, mode], cwd=PROJECT_ROOT, capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PROJECT_ROOT), "JAX_PLATFORMS": "cpu"},
@@ -56,7 +48,7 @@ def _run(mode: str, program: str = CALLS) -> dict:
   return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not _glibc(), reason="the settings are glibc's")
+@pytest.mark.skipif(host_memory.glibc_mallopt() is None, reason="the settings are glibc's")
 def test_a_calls_temporaries_reuse_the_pages_of_the_call_before():
   plain, reused = _run("plain"), _run("reuse")
   assert plain["temporary_pages"] >= 16_000  # 64 MB: above glibc's largest mmap threshold (32 MB)
@@ -100,7 +92,7 @@ print(json.dumps(dict(faults=faults[3:])))
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not _glibc(), reason="the settings are glibc's")
+@pytest.mark.skipif(host_memory.glibc_mallopt() is None, reason="the settings are glibc's")
 def test_the_worker_threads_blocks_are_reused_when_it_runs_before_the_backend_starts():
   if host_memory.has_accelerator_devices():
     pytest.skip("a host with GPU or TPU devices keeps glibc's arenas")
