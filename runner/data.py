@@ -384,9 +384,9 @@ def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, 
 
   Yields (metadata of each real example, batch). Batches have `batch_size` rows, the last one its
   items' rows padded to a multiple of `row_multiple` (`batch_rows`); `example_mask` [B] marks the
-  real rows. Besides `candidate_arrays`' arrays, `score_mask` [B, K, T] marks the tokens a candidate's score sums
-  (`models.scoring.span_score_mask`), and `scored_chars`, `scored_bytes` [B, K] measure the text
-  those tokens decode to, for per-character and per-byte normalisation.
+  real rows. Besides `candidate_arrays`' arrays, `score_mask` [B, K, T] marks the tokens a
+  candidate's score sums (`models.scoring.span_score_mask`), and `scored_chars`, `scored_bytes`
+  [B, K] measure the text those tokens decode to, for per-character and per-byte normalisation.
   Metadata holds every non-token feature (id, *_pretokenized texts, candidate_rules, ...).
   """
   examples, vocabulary = candidate_examples(task_name, split, feature_lengths, use_cached)
