@@ -51,7 +51,12 @@ class Dense(nn.Module):
   @nn.compact
   def __call__(self, x):
     kernel = _param(self, "kernel", self.kernel_init, (x.shape[-1], self.features), self.kernel_axes)
-    return jnp.einsum("...d,df->...f", x.astype(self.dtype), kernel.astype(self.dtype))
+    # One matrix product over the flattened leading axes: the kernel's gradient is then a single
+    # [tokens, d] x [tokens, f] product. Contracting two leading axes at once, XLA's CPU compiler
+    # transposed the output gradient first, recomputing the GELU backward in a transposed layout
+    # (the small gated MLP's forward+backward 15% slower; same values, bit for bit).
+    flat = x.reshape(-1, x.shape[-1]).astype(self.dtype)
+    return jnp.dot(flat, kernel.astype(self.dtype)).reshape(x.shape[:-1] + (self.features,))
 
 
 def _fan_in_init(scale=1.0):
@@ -69,7 +74,8 @@ class Embed(nn.Module):
     return jnp.take(self.embedding, ids, axis=0).astype(self.config.activation_dtype)
 
   def attend(self, x):
-    return jnp.einsum("...d,vd->...v", x, self.embedding.astype(x.dtype))
+    flat = x.reshape(-1, x.shape[-1])  # one product over the flattened leading axes, as in Dense
+    return jnp.dot(flat, self.embedding.astype(x.dtype).T).reshape(x.shape[:-1] + (self.config.vocab_size,))
 
 
 def relative_position_bucket(relative_position, bidirectional, num_buckets, max_distance):
