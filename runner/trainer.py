@@ -134,6 +134,18 @@ def _microbatches(batch, count):
   return jax.tree.map(split, batch)
 
 
+def _compiler_options(mesh):
+  """XLA options for the step on this mesh's platform.
+
+  On a CPU, copy insertion without region analysis copied every donated parameter at the start
+  of the step (187 copies, about 3% of the small model's step); with it the parameters are updated
+  in place, bit for bit the same. Other platforms' compilers do not take the option.
+  """
+  if mesh.devices.flat[0].platform == "cpu":
+    return {"xla_cpu_copy_insertion_use_region_analysis": True}
+  return None
+
+
 def make_train_step(config: T5Config, optimizer, mesh, params_shardings, opt_shardings, *,
                     objective="cross_entropy", accumulation_steps=1, z_loss=1e-4, dropout_seed=0,
                     rules=partitioning.STANDARD_LOGICAL_AXIS_RULES):
@@ -179,7 +191,7 @@ def make_train_step(config: T5Config, optimizer, mesh, params_shardings, opt_sha
   jitted = jax.jit(train_step,
                    in_shardings=(params_shardings, opt_shardings, batch_sharding, replicated),
                    out_shardings=(params_shardings, opt_shardings, replicated),
-                   donate_argnums=(0, 1))
+                   donate_argnums=(0, 1), compiler_options=_compiler_options(mesh))
 
   def run(params, opt_state, batch, step):
     with partitioning.activate(mesh, rules):

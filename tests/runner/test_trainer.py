@@ -159,3 +159,18 @@ def test_step_on_mesh_4x2_matches_one_device_and_shards_parameters(run_python):
       print("losses", one_losses, many_losses)
       """, devices=8)
   assert "losses" in out
+
+
+def test_cpu_step_updates_donated_parameters_in_place():
+  """XLA's CPU copy insertion, left to its default, copied every donated parameter at the start of
+  the step; the step's compiler options let it update them in place."""
+  optimizer = trainer.make_optimizer("adafactor", learning_rate=1e-3)
+  mesh = partitioning.create_mesh(1, 1, devices=jax.devices()[:1])
+  params = init_params(TINY, jax.random.PRNGKey(0))
+  shardings = partitioning.param_shardings(params, TINY, mesh)
+  step = trainer.make_train_step(TINY, optimizer, mesh, shardings,
+                                 partitioning.opt_state_shardings(optimizer, params, shardings, mesh))
+  batch = partitioning.global_batch(_text_batch(np.random.default_rng(0)), mesh)
+  hlo = step.lower(params, optimizer.init(params), batch, jnp.asarray(0, jnp.int32)).compile().as_text()
+  assert hlo.count("= f32") and "%params" in hlo  # the text names the parameters, so the count below means something
+  assert hlo.count("copy(%params") == 0, "the compiled step copies its donated parameters"
