@@ -354,12 +354,19 @@ def candidate_examples(task_name: str, split: str, feature_lengths: Mapping[str,
   return _grouped_examples(dataset, group), task.output_features["candidates"].vocabulary
 
 
-def batch_rows(items: int, batch_size: int, row_multiple: int = 1) -> int:
-  """Rows of an evaluation batch of `items` examples: `batch_size`, or fewer for a last batch, its
-  items rounded up to `row_multiple` (the blocks a mesh splits rows into,
-  `partitioning.batch_blocks`). A task of 4 items in batches of 32 was 87% empty rows; a short
-  batch compiles its own shape, but there is one per task (per window, bucketed)."""
-  return min(batch_size, -(-items // row_multiple) * row_multiple)
+def batch_rows(items: int, batch_size: int, row_multiple: int = 1, powers_of_two: bool = False) -> int:
+  """Rows of a batch of `items` examples: `batch_size`, or fewer for a last batch, its items
+  rounded up to `row_multiple` (the blocks a mesh splits rows into, `partitioning.batch_blocks`).
+  A task of 4 items in batches of 32 was 87% empty rows; a short batch compiles its own shape, but
+  there is one per task (per window, bucketed).
+
+  `powers_of_two` rounds a short batch up to a power of two of those blocks, for callers whose
+  short batches come in every size (a server: one per request); they then compile at most
+  log2(batch_size / row_multiple) + 1 shapes, not one per size."""
+  blocks = -(-items // row_multiple)
+  if powers_of_two:
+    blocks = 1 << (blocks - 1).bit_length()
+  return min(batch_size, blocks * row_multiple)
 
 
 def candidate_batch(examples: Sequence[Mapping[str, Any]], feature_lengths: Mapping[str, int], batch_size: int,

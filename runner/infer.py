@@ -57,22 +57,27 @@ def generate(config: T5Config, params, vocabulary, input_ids: np.ndarray, rng, *
   """Per row of input_ids [N, L]: `predictions` (num_samples texts), sampled in batches of batch_size.
 
   With `reward_model` (config, params) the row also gets `rewards` (one per sample), `best` (the
-  index of the highest) and `kl` (of best-of-N from the sampling policy). The last batch is
-  padded to batch_size (one compiled shape); batch i samples with fold_in(rng, i), so the output
-  depends only on rng and the rows' order. Sampling runs on `mesh` inside the rules. With several
-  processes every one passes the same input_ids, places on its devices the rows they hold
-  (`partitioning.global_batch`) and gets every row back. `should_stop()` is asked before each batch; when it
-  says so, the rows sampled so far are returned.
+  index of the highest) and `kl` (of best-of-N from the sampling policy). A last batch shorter
+  than batch_size is sampled at the fewest rows that hold it, a power of two of the mesh's row
+  blocks (`data.batch_rows`): a served request for one situation takes one row, not batch_size
+  (small model, batch_size 8, 32 tokens: 1.36 s -> 0.39 s). A row's random draws do not depend on
+  the rows after it, so the texts are those of the padded batch. Batch i samples with
+  fold_in(rng, i), so the output depends only on rng, batch_size and the rows' order. Sampling
+  runs on `mesh` inside the rules. With several processes every one passes the same input_ids,
+  places on its devices the rows they hold (`partitioning.global_batch`) and gets every row back.
+  `should_stop()` is asked before each batch; when it says so, the rows sampled so far are returned.
   """
   rows_out = []
   progress = Progress("generated", len(input_ids), "inputs")
   options = dict(max_length=max_length, top_p=top_p, temperature=temperature, eos_id=vocabulary.eos_id)
+  row_multiple = partitioning.batch_blocks(mesh, rules)
   with partitioning.activate(mesh, rules):
     for index, first in enumerate(range(0, len(input_ids), batch_size)):
       if should_stop():
         break
       rows = input_ids[first:first + batch_size]
-      padded = np.zeros((batch_size, input_ids.shape[1]), np.int32)
+      padded = np.zeros((data.batch_rows(len(rows), batch_size, row_multiple, powers_of_two=True),
+                         input_ids.shape[1]), np.int32)
       padded[:len(rows)] = rows
       batch = partitioning.global_batch({"input_ids": padded}, mesh, rules)["input_ids"]
       # numpy: the same value on every process, which jit replicates over the mesh.

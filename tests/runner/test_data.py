@@ -138,6 +138,16 @@ def test_a_short_batch_has_its_items_rounded_up_to_the_row_multiple():
   assert data.batch_rows(5, 6, 3) == 6
 
 
+def test_powers_of_two_keep_a_servers_short_batches_to_a_few_sizes():
+  assert [data.batch_rows(items, 8, powers_of_two=True) for items in range(1, 9)] == [1, 2, 4, 4, 8, 8, 8, 8]
+  # Blocks of 2 rows (a data axis of 2): 1-2 items take one block, 3-4 two, 5-8 four.
+  assert [data.batch_rows(items, 8, 2, powers_of_two=True) for items in (1, 2, 3, 4, 5, 8)] == [2, 2, 4, 4, 8, 8]
+  # Never past batch_size, also when batch_size is no power of two.
+  assert [data.batch_rows(items, 6, powers_of_two=True) for items in (3, 5, 6)] == [4, 6, 6]
+  sizes = {data.batch_rows(items, 64, 4, powers_of_two=True) for items in range(1, 65)}
+  assert sizes == {4, 8, 16, 32, 64}
+
+
 def _assert_same(ours, theirs):
   """Equal values of the same types, dtypes, shapes and writability, down to ragged rows."""
   assert type(ours) is type(theirs)

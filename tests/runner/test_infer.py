@@ -91,6 +91,27 @@ def test_file_inference_decodes_the_sampled_tokens(model, tmp_path):
     assert lines[row]["predictions"] == expected
 
 
+def test_a_short_last_batch_is_sampled_at_its_own_rows(model, tmp_path, monkeypatch):
+  path, params = model
+  rows, sample = [], decoding.sample
+  monkeypatch.setattr(decoding, "sample", lambda config, params, ids, *args, **kwargs: (
+      rows.append(ids.shape[0]), sample(config, params, ids, *args, **kwargs))[1])
+  source = tmp_path / "situations.jsonl"
+  source.write_text("".join(json.dumps(s) + "\n" for s in _situations()))  # 5: a batch of 4, then 1
+  format_inputs = lambda s: s["title"]
+  out = infer.infer(checkpoint_path=path, output_file=str(tmp_path / "gen.jsonl"),
+                    task_feature_lengths=LENGTHS, input_file=str(source), batch_size=BATCH,
+                    num_samples=3, seed=7, format_inputs=format_inputs, vocabulary=VOCAB)
+  assert rows == [BATCH, 1]
+  # Its texts are those it had among 3 rows of padding (the last batch's shape until now): a
+  # row's random draws do not depend on the rows after it.
+  ids = infer.encode_inputs(VOCAB, [format_inputs(_situations()[BATCH])], LENGTHS["inputs"])
+  padded = np.asarray(sample(CONFIG, params, np.pad(ids, [(0, BATCH - 1), (0, 0)]),
+                             jax.random.fold_in(jax.random.PRNGKey(7), 1), max_length=LENGTHS["targets"],
+                             num_samples=3, top_p=0.95))
+  assert _lines(out)[BATCH]["predictions"] == [infer.decode_tokens(VOCAB, tokens) for tokens in padded[0]]
+
+
 def test_generator_for_serving_returns_one_text_per_situation(model):
   path, params = model
   generator = infer.load_generator(path, format_inputs=lambda s: s["title"], vocabulary=VOCAB,

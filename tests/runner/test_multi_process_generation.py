@@ -21,7 +21,8 @@ def test_two_processes_generate_the_file_one_process_generates(compilation_cache
   checkpoints.save_params(str(tmp_path / "ckpt" / "params"), init_params(TINY, jax.random.PRNGKey(3)))
   checkpoints.write_model_config(str(tmp_path / "ckpt"), TINY)
   situations = tmp_path / "situations.jsonl"
-  # Five inputs in batches of 4: the last batch is padded, each process feeds 2 rows of each.
+  # Five inputs in batches of 4, each process feeding 2 rows; the last batch is one input padded to
+  # the data axis' 2 rows, one from each process.
   # A date: undated situations are dated now, which two runs need not share.
   situations.write_text("".join(json.dumps({"id": f"s{i}", "title": f"Question {i}?", "selftext": "Why? " * i,
                                             "subreddit": "Advice", "created_utc": 1600000000}) + "\n"
