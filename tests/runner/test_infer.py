@@ -94,8 +94,12 @@ def test_file_inference_decodes_the_sampled_tokens(model, tmp_path):
 def test_a_short_last_batch_is_sampled_at_its_own_rows(model, tmp_path, monkeypatch):
   path, params = model
   rows, sample = [], decoding.sample
-  monkeypatch.setattr(decoding, "sample", lambda config, params, ids, *args, **kwargs: (
-      rows.append(ids.shape[0]), sample(config, params, ids, *args, **kwargs))[1])
+
+  def counting_sample(config, params, ids, *args, **kwargs):
+    rows.append(ids.shape[0])
+    return sample(config, params, ids, *args, **kwargs)
+
+  monkeypatch.setattr(decoding, "sample", counting_sample)
   source = tmp_path / "situations.jsonl"
   source.write_text("".join(json.dumps(s) + "\n" for s in _situations()))  # 5: a batch of 4, then 1
   format_inputs = lambda s: s["title"]
