@@ -17,7 +17,6 @@ import dataclasses
 import functools
 import itertools
 import json
-import os
 import re
 import signal
 import threading
@@ -35,14 +34,15 @@ from models import reward as reward_lib
 from models import t5x_checkpoint
 from models.config import T5Config
 from models.network import init_params
-from runner import outputs
 from runner import partitioning
+from runner import run_dir
+import storage
 
-CHECKPOINTS_SUBDIR = "checkpoints"
+CHECKPOINTS_SUBDIR = storage.name(run_dir.RunDir("").checkpoints)
 _ITEMS = ("params", "opt_state", "data")
 # The metadata file each item's orbax handler writes (StandardSave: _METADATA, JsonSave: metadata).
 _METADATA_FILES = {"params": "_METADATA", "opt_state": "_METADATA", "data": "metadata"}
-CONFIG_FILE = "t5_config.json"  # the T5Config beside a converted or trained checkpoint
+CONFIG_FILE = storage.name(run_dir.RunDir("").model_config)  # the T5Config beside a converted or trained checkpoint
 RUN_FIELDS = ("dtype", "dropout_rate")  # T5Config fields a run chooses; every other one is the checkpoint's
 ARCHITECTURE_FIELDS = tuple(f.name for f in dataclasses.fields(T5Config) if f.name not in RUN_FIELDS)
 
@@ -124,16 +124,15 @@ def _naming_damage(checkpoint, step, items: dict):
 
 def _step_of(location: str) -> int | None:
   """The step of a params directory MODEL_DIR/checkpoints/<step>/params, else None."""
-  step_dir = os.path.dirname(location)
-  parent = os.path.basename(os.path.dirname(step_dir))
-  name = os.path.basename(step_dir)
-  return int(name) if parent == CHECKPOINTS_SUBDIR and name.isdigit() else None
+  step_dir = storage.parent(location)
+  name = storage.name(step_dir)
+  return int(name) if storage.name(storage.parent(step_dir)) == CHECKPOINTS_SUBDIR and name.isdigit() else None
 
 
 def checkpoint_manager(model_dir, keep=3, read_only=False) -> ocp.CheckpointManager:
   """A manager of `model_dir`/checkpoints keeping the last `keep`; the training loop decides when to save."""
   options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=not read_only, read_only=read_only)
-  return ocp.CheckpointManager(os.path.join(os.path.abspath(model_dir), CHECKPOINTS_SUBDIR),
+  return ocp.CheckpointManager(storage.absolute(run_dir.RunDir(model_dir).checkpoints),
                                options=options, item_names=_ITEMS)
 
 
@@ -195,7 +194,7 @@ def set_aside(manager, steps) -> list[epath.Path]:
         break
       target = source.parent / f"{source.name}.damaged-{number}"
     if jax.process_index() == 0:
-      source.rename(target)
+      storage.move(source, target)
     moved.append(target)
   if jax.process_count() > 1:  # every host's manager must see the steps gone
     multihost_utils.sync_global_devices("checkpoints.set_aside")
@@ -206,27 +205,28 @@ def set_aside(manager, steps) -> list[epath.Path]:
 def save_params(directory, params):
   """Writes a params-only orbax checkpoint (the format INITIAL_CHECKPOINT_PATH and evaluation read)."""
   checkpointer = ocp.StandardCheckpointer()
-  checkpointer.save(os.path.abspath(directory), params)
+  checkpointer.save(storage.absolute(directory), params)
   checkpointer.wait_until_finished()
 
 
 def params_location(checkpoint_dir) -> str:
   """The params directory inside a model dir, a checkpoints dir, a step dir or a params-only dir."""
-  path = os.path.abspath(checkpoint_dir)
-  if not os.path.isdir(path):
+  path = storage.absolute(checkpoint_dir)
+  if not storage.is_dir(path):
     raise FileNotFoundError(f"checkpoint directory {path} does not exist")
-  if os.path.isdir(os.path.join(path, CHECKPOINTS_SUBDIR)):
-    path = os.path.join(path, CHECKPOINTS_SUBDIR)
-  steps = [int(name) for name in os.listdir(path) if name.isdigit()
-           and os.path.isdir(os.path.join(path, name, "params"))]
+  names = storage.list_names(path)
+  if CHECKPOINTS_SUBDIR in names and storage.is_dir(storage.join(path, CHECKPOINTS_SUBDIR)):
+    path = storage.join(path, CHECKPOINTS_SUBDIR)
+    names = storage.list_names(path)
+  steps = [int(name) for name in names if name.isdigit() and storage.is_dir(storage.join(path, name, "params"))]
   if steps:
-    path = os.path.join(path, str(max(steps)))
+    path = storage.join(path, str(max(steps)))
+    names = storage.list_names(path)
   # A step directory names its params item even when it is gone, so that loading says so.
-  if os.path.isdir(os.path.join(path, "params")) or _step_of(os.path.join(path, "params")) is not None:
-    return os.path.join(path, "params")
+  if "params" in names or _step_of(storage.join(path, "params")) is not None:
+    return storage.join(path, "params")
   # Any orbax file marks a params-only checkpoint, so that a damaged one is named as damaged.
-  if any(os.path.exists(os.path.join(path, name))
-         for name in ("_CHECKPOINT_METADATA", "_METADATA", "manifest.ocdbt")):
+  if {"_CHECKPOINT_METADATA", "_METADATA", "manifest.ocdbt"} & set(names):
     return path
   raise FileNotFoundError(f"no orbax checkpoint found in {checkpoint_dir} (expected <step>/params, "
                           "a checkpoints/ subdirectory, or a params-only checkpoint)")
@@ -240,13 +240,13 @@ def _saved_config(location: str) -> T5Config | None:
     config = read_model_config(directory)
     if config is not None:
       return config
-    directory = os.path.dirname(directory)
+    directory = storage.parent(directory)
   return None
 
 
 def is_hf_checkpoint(path) -> bool:
   """A Hugging Face directory is one with a config.json (its weights must then be safetensors)."""
-  return "://" not in str(path) and os.path.isfile(os.path.join(path, "config.json"))
+  return storage.is_file(storage.join(path, "config.json"))
 
 
 def agreed_config(path, saved: T5Config | None, configured: T5Config | None) -> T5Config:
@@ -392,25 +392,18 @@ class PreemptionGuard:
 
 
 def write_model_config(directory: str, config: T5Config) -> str:
-  """Writes `config` as JSON to `directory/t5_config.json`; returns the path.
-
-  Local files are replaced atomically; a bucket (gs://...) object is written whole by its store.
-  """
-  path = os.path.join(directory, CONFIG_FILE)
-  text = json.dumps(dataclasses.asdict(config), indent=2) + "\n"
-  if "://" in path:
-    epath.Path(path).write_text(text)
-  else:
-    outputs.atomic_write_text(path, text)
+  """Writes `config` as JSON to `directory/t5_config.json` (whole); returns the path."""
+  path = storage.join(directory, CONFIG_FILE)
+  storage.write_text(path, json.dumps(dataclasses.asdict(config), indent=2) + "\n")
   return path
 
 
 def read_model_config(directory: str) -> T5Config | None:
   """The T5Config saved beside a checkpoint (local or in a bucket), or None when there is none."""
-  path = epath.Path(directory) / CONFIG_FILE
-  if not path.exists():
+  path = storage.join(directory, CONFIG_FILE)
+  if not storage.exists(path):
     return None
-  fields = json.loads(path.read_text())
+  fields = json.loads(storage.read_text(path))
   known = {field.name for field in dataclasses.fields(T5Config)}
   unknown = sorted(set(fields) - known)
   if unknown:
@@ -418,7 +411,7 @@ def read_model_config(directory: str) -> T5Config | None:
   return T5Config(**fields)
 
 
-BEST_SUBDIR = "best"  # MODEL_DIR/best/<step>/params: the checkpoint of the best evaluation so far
+BEST_SUBDIR = storage.name(run_dir.RunDir("").best)  # MODEL_DIR/best/<step>/params: the best evaluation's checkpoint
 
 
 def best_checkpoint_manager(model_dir, mode: str) -> ocp.CheckpointManager:
@@ -431,7 +424,7 @@ def best_checkpoint_manager(model_dir, mode: str) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(max_to_keep=1, best_fn=lambda record: record["value"],
                                          best_mode=mode, keep_checkpoints_without_metrics=False,
                                          create=True)
-  return ocp.CheckpointManager(os.path.join(os.path.abspath(model_dir), BEST_SUBDIR),
+  return ocp.CheckpointManager(storage.absolute(run_dir.RunDir(model_dir).best),
                                options=options, item_names=("params",))
 
 

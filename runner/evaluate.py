@@ -56,9 +56,11 @@ from runner import host_memory
 from runner import outputs
 from runner import partitioning
 from runner import report
+from runner import run_dir
 from runner.progress import Progress
+import storage
 
-SETTINGS_FILE = "evaluation.json"  # what an output directory holds, checked before resuming
+SETTINGS_FILE = storage.name(run_dir.EvalDir("").settings)  # what an output directory holds, checked on resuming
 # Provenance fields that do not change scores: a moved checkpoint or a new commit may resume.
 NOT_SCORE_FIELDS = ("checkpoint_path", "version")
 # Elements hashed per parameter: all of a smaller one, an evenly strided sample of a larger one
@@ -314,6 +316,7 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
       if record is not None:
         appender.write(record)
       next_position += 1
+    appender.flush()
 
   row_multiple = 1 if mesh is None else partitioning.batch_blocks(mesh, rules)
   batches = _prefetched((positions, metadata, batch, data.packed_arrays(batch))  # made on the reading thread
@@ -358,6 +361,7 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
     for position in sorted(finished):  # stopped: items scored after a gap in the order, kept
       if finished[position] is not None:
         appender.write(finished[position])
+    appender.flush()
     stats.seconds = time.perf_counter() - started
     stats.ids = [ids_at[p] for p in sorted(ids_at)]
   if progress.done:
@@ -480,7 +484,7 @@ def checkpoint_step(checkpoint_path: str) -> int | None:
     location = checkpoints.params_location(checkpoint_path)
   except (FileNotFoundError, NotADirectoryError):  # Hugging Face or t5x: no orbax step directory
     return None
-  name = os.path.basename(os.path.dirname(location))
+  name = storage.name(storage.parent(location))
   return int(name) if name.isdigit() else None
 
 
@@ -520,7 +524,7 @@ def provenance(*, mixture_or_task_name, split, checkpoint_path, config: T5Config
   (tuples as lists), so that it compares equal to a recorded one."""
   record = {"mixture_or_task_name": mixture_or_task_name, "split": split, "scorer": scorer,
             "normalization": normalization if scorer == "likelihood" else None,
-            "checkpoint_path": os.path.abspath(checkpoint_path),
+            "checkpoint_path": storage.absolute(checkpoint_path),
             "checkpoint_step": checkpoint_step(checkpoint_path),
             "params_fingerprint": params_fingerprint(params), "model_config": dataclasses.asdict(config),
             "task_feature_lengths": dict(task_feature_lengths), "vocabulary": _vocabulary(tasks),
@@ -532,10 +536,11 @@ def provenance(*, mixture_or_task_name, split, checkpoint_path, config: T5Config
 def _check_settings(output_dir: str, settings: dict) -> None:
   """Refuses to resume predictions of another provenance, naming the fields (`_record_settings`
   records it)."""
-  path = os.path.join(output_dir, SETTINGS_FILE)
-  if os.path.exists(path) and outputs.read_written_ids(os.path.join(output_dir, outputs.PREDICTIONS_FILE)):
-    with open(path, encoding="utf-8") as f:
-      previous = json.load(f)
+  layout = run_dir.EvalDir(output_dir)
+  path = layout.settings
+  if storage.exists(path) and (outputs.read_written_ids(layout.predictions)
+                               or storage.list_names(layout.prediction_parts)):
+    previous = json.loads(storage.read_text(path))
     changed = sorted(k for k in set(previous) | set(settings)
                      if k not in NOT_SCORE_FIELDS and previous.get(k) != settings.get(k))
     if changed:
@@ -547,7 +552,7 @@ def _check_settings(output_dir: str, settings: dict) -> None:
 
 
 def _record_settings(output_dir: str, settings: dict) -> None:
-  outputs.atomic_write_text(os.path.join(output_dir, SETTINGS_FILE),
+  outputs.atomic_write_text(run_dir.EvalDir(output_dir).settings,
                             json.dumps(settings, indent=2, sort_keys=True) + "\n")
 
 
@@ -568,12 +573,15 @@ class _ItemsWrittenByProcessZero:
   this one keeps the same `done` set (read once process 0 has cut off a partial last line, then
   grown with the items scored), so every process skips the same batches."""
 
-  def __init__(self, path: str):
-    self.path = path
-    self.done = outputs.read_written_ids(path)
+  def __init__(self, output_dir: str):
+    self.path = run_dir.EvalDir(output_dir).predictions
+    self.done = outputs.written_ids(output_dir)
 
   def write(self, record: Mapping) -> None:
     self.done.add((record["task"], record["id"]))
+
+  def flush(self) -> None:
+    """Process 0 writes."""
 
 
 @contextlib.contextmanager
@@ -582,10 +590,10 @@ def _predictions(output_dir: str):
   the others; when the block ends, the file is complete and closed for every process to read."""
   with contextlib.ExitStack() as stack:
     if _writes_outputs():
-      appender = stack.enter_context(outputs.PredictionsAppender(output_dir))
+      appender = stack.enter_context(outputs.predictions_appender(output_dir))
     _sync("evaluate: predictions.jsonl opened")  # the others read it after any repair
     if not _writes_outputs():
-      appender = _ItemsWrittenByProcessZero(os.path.join(output_dir, outputs.PREDICTIONS_FILE))
+      appender = _ItemsWrittenByProcessZero(output_dir)
     yield appender
   _sync("evaluate: predictions.jsonl closed")
 
@@ -662,7 +670,7 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   _check_settings(output_dir, settings)  # every process, so that all refuse alike
   _sync("evaluate: settings checked")  # before process 0 records its own
   if _writes_outputs():
-    os.makedirs(output_dir, exist_ok=True)
+    storage.makedirs(output_dir)
     _record_settings(output_dir, settings)
     if run_config is not None:
       outputs.write_run_config(output_dir, run_config)
@@ -713,5 +721,5 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   html_path = report.write_report(output_dir, title=f"Evaluation of {mixture_or_task_name}",
                                   metrics=metrics, groups=groups, tables=[counts, *most_wrong],
                                   notes=notes, references=references)
-  print(f"wrote {path}, {os.path.join(output_dir, outputs.METRICS_FILE)} and {html_path}", flush=True)
+  print(f"wrote {path}, {run_dir.EvalDir(output_dir).metrics} and {html_path}", flush=True)
   return {**metrics, **groups}

@@ -28,6 +28,7 @@ from runner import host_memory
 from runner import outputs
 from runner import partitioning
 from runner.progress import Progress
+import storage
 
 SITUATION_FIELDS = ("title", "selftext", "subreddit")
 
@@ -113,7 +114,7 @@ def check_situation(situation, where: str) -> None:
 def read_situations(path: str) -> list[dict]:
   """Situations of a JSON lines file; a bad line is an error naming file, line and field."""
   situations = []
-  with open(path, encoding="utf-8") as f:
+  with storage.open_file(path) as f:
     for number, line in enumerate(f, start=1):
       if not line.strip():
         continue

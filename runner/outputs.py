@@ -10,14 +10,16 @@ so that an interrupted evaluation can resume where it stopped.
 import json
 import math
 import os
-import tempfile
 from typing import Any, Iterable, Mapping
 
-PREDICTIONS_FILE = "predictions.jsonl"
-METRICS_FILE = "metrics.json"
-RUN_CONFIG_FILE = "config.gin"  # the gin configuration a run was started with, as t5x keeps it
+from runner import run_dir
+import storage
+
+PREDICTIONS_FILE = storage.name(run_dir.EvalDir("").predictions)
+METRICS_FILE = storage.name(run_dir.EvalDir("").metrics)
+RUN_CONFIG_FILE = run_dir.CONFIG_GIN
 PROVENANCE_KEY = "provenance"  # metrics.json's record of checkpoint, data and settings
-FILE_MODE = 0o644  # outputs are read by others (a report server, a colleague); mkstemp makes 0600
+FILE_MODE = storage.FILE_MODE
 
 
 class OutputError(ValueError):
@@ -25,31 +27,17 @@ class OutputError(ValueError):
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
-  """Writes `data` to a temp file beside `path`, then renames it over `path`."""
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-  try:
-    os.chmod(tmp, FILE_MODE)
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
+  """Writes `data` to `path` whole (`storage.write_bytes`: a local file is replaced atomically)."""
+  storage.write_bytes(path, data)
 
 
 def atomic_write_text(path: str, text: str) -> None:
-  atomic_write_bytes(path, text.encode("utf-8"))
+  storage.write_text(path, text)
 
 
 def write_run_config(directory: str, text: str) -> str:
   """Writes the run's gin configuration text to `directory/config.gin`; returns the path."""
-  os.makedirs(directory, exist_ok=True)
-  path = os.path.join(directory, RUN_CONFIG_FILE)
+  path = storage.join(directory, RUN_CONFIG_FILE)
   atomic_write_text(path, text)
   return path
 
@@ -77,7 +65,7 @@ def _line(record: Mapping[str, Any], where: str) -> str:
 def write_predictions(out_dir: str, records: Iterable[Mapping[str, Any]]) -> str:
   """Writes all records to `out_dir/predictions.jsonl` atomically; returns the path."""
   lines = [_line(r, f"prediction {i}") for i, r in enumerate(records)]
-  path = os.path.join(out_dir, PREDICTIONS_FILE)
+  path = run_dir.EvalDir(out_dir).predictions
   atomic_write_text(path, "".join(lines))
   return path
 
@@ -102,14 +90,13 @@ def write_metrics(out_dir: str, metrics: Mapping[str, Mapping[str, Mapping[str, 
   if PROVENANCE_KEY in metrics:
     raise OutputError(f"metrics: {PROVENANCE_KEY!r} is reserved for the provenance record, not a task")
   content = dict(metrics) if provenance is None else {**metrics, PROVENANCE_KEY: provenance}
-  path = os.path.join(out_dir, METRICS_FILE)
+  path = run_dir.EvalDir(out_dir).metrics
   atomic_write_text(path, json.dumps(content, indent=2, sort_keys=True) + "\n")
   return path
 
 
 def _read_metrics_file(out_dir: str) -> dict:
-  with open(os.path.join(out_dir, METRICS_FILE), encoding="utf-8") as f:
-    return json.load(f)
+  return json.loads(storage.read_text(run_dir.EvalDir(out_dir).metrics))
 
 
 def read_metrics(out_dir: str) -> dict:
@@ -125,7 +112,7 @@ def read_provenance(out_dir: str) -> dict | None:
 def read_predictions(path: str) -> list[dict]:
   """Reads a complete predictions file; a bad line raises OutputError naming it."""
   records = []
-  with open(path, encoding="utf-8") as f:
+  with storage.open_file(path) as f:
     for number, line in enumerate(f, start=1):
       where = f"{path}:{number}"
       try:
@@ -139,8 +126,7 @@ def read_predictions(path: str) -> list[dict]:
 
 def _complete_prefix(path: str) -> tuple[int, list[dict]]:
   """Byte length and records of the file's complete, parseable lines."""
-  with open(path, "rb") as f:
-    data = f.read()
+  data = storage.read_bytes(path)
   records, end = [], 0
   for raw in data.splitlines(keepends=True):
     if not raw.endswith(b"\n"):
@@ -162,7 +148,7 @@ def read_written_ids(path: str) -> set[tuple[str, str]]:
 
   A truncated or unparseable last line (an interrupted write) is ignored.
   """
-  if not os.path.exists(path):
+  if not storage.exists(path):
     return set()
   _, records = _complete_prefix(path)
   return {(r["task"], r["id"]) for r in records}
@@ -171,8 +157,7 @@ def read_written_ids(path: str) -> set[tuple[str, str]]:
 def reorder_predictions(path: str, order: Iterable[tuple[str, str]]) -> bool:
   """Rewrites `path` (atomically) with its lines in `order` of (task, id), lines not named there
   after them as they were; each line byte for byte. Returns whether the file was out of order."""
-  with open(path, "rb") as f:
-    lines = f.read().splitlines(keepends=True)
+  lines = storage.read_bytes(path).splitlines(keepends=True)
   rank = {key: i for i, key in enumerate(order)}
   keys = [(r["task"], r["id"]) for r in map(json.loads, lines)]
   sorted_lines = [line for _, _, line in sorted(
@@ -184,17 +169,17 @@ def reorder_predictions(path: str, order: Iterable[tuple[str, str]]) -> bool:
 
 
 class PredictionsAppender:
-  """Appends prediction lines to `out_dir/predictions.jsonl`, resuming a partial file.
+  """Appends prediction lines to a local `out_dir/predictions.jsonl`, resuming a partial file.
 
   On opening, a truncated last line is cut off so that new lines start clean;
   `done` holds the (task, id) pairs already written, to be skipped by the caller.
   """
 
   def __init__(self, out_dir: str):
-    os.makedirs(out_dir, exist_ok=True)
-    self.path = os.path.join(out_dir, PREDICTIONS_FILE)
+    storage.makedirs(out_dir)
+    self.path = run_dir.EvalDir(out_dir).predictions
     self.done: set[tuple[str, str]] = set()
-    if os.path.exists(self.path):
+    if storage.exists(self.path):
       end, records = _complete_prefix(self.path)
       with open(self.path, "r+b") as f:
         f.truncate(end)
@@ -210,13 +195,76 @@ class PredictionsAppender:
     self._file.flush()
     self.done.add(key)
 
+  def flush(self) -> None:
+    """Each line is written when it is given."""
+
   def close(self) -> None:
     self._file.flush()
     os.fsync(self._file.fileno())
     self._file.close()
 
-  def __enter__(self) -> "PredictionsAppender":
+  def __enter__(self):
     return self
 
   def __exit__(self, *exc) -> None:
     self.close()
+
+
+class PredictionParts(PredictionsAppender):
+  """PredictionsAppender's bucket twin: a bucket has no append, so the lines given since the last
+  `flush` (the end of a batch) become one whole object `predictions.parts/<n>.jsonl`; a resume
+  reads the parts (and a finished `predictions.jsonl`) back. `close` writes `predictions.jsonl`
+  whole, every line of every part in the order given, and deletes the parts: the files a local
+  evaluation leaves."""
+
+  def __init__(self, out_dir: str):  # pylint: disable=super-init-not-called  # no local file
+    layout = run_dir.EvalDir(out_dir)
+    self.path, self._parts = layout.predictions, layout.prediction_parts
+    self._lines: list[bytes] = []
+    if storage.exists(self.path):  # an earlier evaluation finished (or its parts were gathered)
+      self._lines = storage.read_bytes(self.path).splitlines(keepends=True)
+    self.done = {(r["task"], r["id"]) for r in map(json.loads, self._lines)}
+    part_names = [name for name in storage.list_names(self._parts) if name.endswith(".jsonl")]
+    for name in sorted(part_names):
+      end, records = _complete_prefix(storage.join(self._parts, name))
+      lines = storage.read_bytes(storage.join(self._parts, name))[:end].splitlines(keepends=True)
+      for line, record in zip(lines, records):
+        if (record["task"], record["id"]) not in self.done:  # a part gathered before a stop is not new
+          self.done.add((record["task"], record["id"]))
+          self._lines.append(line)
+    self._next_part = len(part_names)
+    self._pending: list[bytes] = []
+
+  def write(self, record: Mapping[str, Any]) -> None:
+    key = (record.get("task"), record.get("id"))
+    line = _line(record, f"prediction {key}")
+    if key in self.done:
+      raise OutputError(f"{self.path}: item {key} was already written")
+    self._pending.append(line.encode("utf-8"))
+    self.done.add(key)
+
+  def flush(self) -> None:
+    """Writes the lines given since the last flush as the next part."""
+    if not self._pending:
+      return
+    storage.write_bytes(storage.join(self._parts, f"{self._next_part:06d}.jsonl"), b"".join(self._pending))
+    self._lines += self._pending
+    self._pending, self._next_part = [], self._next_part + 1
+
+  def close(self) -> None:
+    self.flush()
+    if self._next_part:
+      storage.write_bytes(self.path, b"".join(self._lines))
+      storage.remove_tree(self._parts)
+
+
+def written_ids(out_dir: str) -> set[tuple[str, str]]:
+  """(task, id) of every item `out_dir`'s predictions hold so far, read without writing."""
+  if storage.is_bucket(out_dir):
+    return PredictionParts(out_dir).done
+  return read_written_ids(run_dir.EvalDir(out_dir).predictions)
+
+
+def predictions_appender(out_dir: str) -> PredictionsAppender:
+  """The writer of `out_dir`'s predictions: appended lines on a disk, whole parts in a bucket."""
+  return (PredictionParts if storage.is_bucket(out_dir) else PredictionsAppender)(out_dir)

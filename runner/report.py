@@ -7,10 +7,8 @@ rate by rule) and tables. PNGs sit beside `report.html`; every file is written
 atomically.
 """
 import dataclasses
-import glob
 import html
 import io
-import os
 import re
 import textwrap
 from typing import Mapping, Sequence
@@ -21,8 +19,10 @@ matplotlib.use("Agg")  # No display on servers; must precede pyplot.
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 
 from runner import outputs
+from runner import run_dir
+import storage
 
-REPORT_FILE = "report.html"
+REPORT_FILE = storage.name(run_dir.EvalDir("").report)
 LABEL_WIDTH = 18  # characters per line of a tick label; longer ones wrap
 TITLE_WIDTH = 60
 BAR_COLOR = "#4c72b0"
@@ -257,7 +257,7 @@ def write_report(out_dir: str, *, title: str,
   value, source), ...]}`, t5_tasks.references's) are listed beside the metrics of the tasks
   they name and drawn on the metrics' charts.
   """
-  os.makedirs(out_dir, exist_ok=True)
+  storage.makedirs(out_dir)
   parts = [f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
            "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left;vertical-align:top}"
@@ -278,13 +278,13 @@ def write_report(out_dir: str, *, title: str,
   all_charts += charts
   for i, chart in enumerate(all_charts):
     name = f"plot_{i:02d}.png"
-    _save_chart(chart, os.path.join(out_dir, name))
+    _save_chart(chart, storage.join(out_dir, name))
     parts.append(f"<h2>{html.escape(chart.title)}</h2><img src='{name}' alt='{html.escape(chart.title)}'>")
-  for stale in glob.glob(os.path.join(out_dir, "plot_*.png")):
-    if os.path.basename(stale) not in {f"plot_{i:02d}.png" for i in range(len(all_charts))}:
-      os.unlink(stale)  # Left by an earlier report with more charts; the page no longer shows it.
+  for stale in storage.glob(out_dir, "plot_*.png"):
+    if storage.name(stale) not in {f"plot_{i:02d}.png" for i in range(len(all_charts))}:
+      storage.remove(stale)  # Left by an earlier report with more charts; the page no longer shows it.
   parts += [_table_html(t) for t in tables]
   parts.append("</body></html>\n")
-  path = os.path.join(out_dir, REPORT_FILE)
+  path = storage.join(out_dir, REPORT_FILE)
   outputs.atomic_write_text(path, "\n".join(parts))
   return path

@@ -8,8 +8,6 @@ It is written to its own directory, never over the checkpoint it came from;
 `normalization.json` beside it records the offset and the references it was computed on.
 """
 import json
-import os
-import shutil
 
 import jax
 import numpy as np
@@ -21,9 +19,11 @@ from runner import data
 from runner import host_memory
 from runner import outputs
 from runner import partitioning
+from runner import run_dir
+import storage
 
 NORMALIZATION_FILE = "normalization.json"
-NORMALIZED_SUBDIR = "normalized"  # train's output: MODEL_DIR/normalized
+NORMALIZED_SUBDIR = storage.name(run_dir.RunDir("").normalized)  # train's output: MODEL_DIR/normalized
 
 
 def reference_mean_reward(config: T5Config, params, task_name: str, split: str, feature_lengths,
@@ -47,15 +47,15 @@ def reference_mean_reward(config: T5Config, params, task_name: str, split: str, 
 
 def _check_output_dir(output_dir: str, source: str) -> None:
   """Refuses to write over anything but an earlier normalisation (its normalization.json)."""
-  output_dir, source = os.path.abspath(output_dir), os.path.abspath(source)
-  if output_dir == source or source.startswith(output_dir + os.sep):
+  output_dir, source = storage.absolute(output_dir).rstrip("/"), storage.absolute(source).rstrip("/")
+  if output_dir == source or source.startswith(output_dir + "/"):
     raise ValueError(f"the normalised checkpoint's directory {output_dir} holds its source {source}; "
                      "name another directory")
-  if os.path.exists(output_dir):
-    if not os.path.isfile(os.path.join(output_dir, NORMALIZATION_FILE)):
+  if storage.exists(output_dir):
+    if not storage.is_file(storage.join(output_dir, NORMALIZATION_FILE)):
       raise ValueError(f"{output_dir} exists and is no earlier normalisation (it has no "
                        f"{NORMALIZATION_FILE}); name a new directory")
-    shutil.rmtree(output_dir)
+    storage.remove_tree(output_dir)
 
 
 def normalize(config: T5Config, params, *, source: str, output_dir: str, task_name: str, split: str,
@@ -82,8 +82,8 @@ def normalize(config: T5Config, params, *, source: str, output_dir: str, task_na
             "references": {"task": task_name, "split": split, "count": count,
                            "feature_lengths": dict(feature_lengths),
                            "files": data.source_provenance(task).get("files", [])},
-            "source_checkpoint": os.path.abspath(source)}
-  outputs.atomic_write_text(os.path.join(output_dir, NORMALIZATION_FILE), json.dumps(record, indent=2) + "\n")
+            "source_checkpoint": storage.absolute(source)}
+  outputs.atomic_write_text(storage.join(output_dir, NORMALIZATION_FILE), json.dumps(record, indent=2) + "\n")
   print(f"reward normalised: {count} references of {task_name} ({split}) scored {mean:+.6f} on average; "
         f"the head's bias is lowered by that, written to {output_dir}", flush=True)
   return record

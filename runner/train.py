@@ -10,7 +10,6 @@ import dataclasses
 import functools
 import json
 import math
-import os
 from typing import Callable, Iterator
 
 import jax
@@ -27,9 +26,11 @@ from runner import outputs
 from runner import partitioning
 from runner import preflight as run_preflight
 from runner import reward_normalization
+from runner import run_dir
 from runner import training_evaluation
 from runner import trainer
 from runner.progress import Progress
+import storage
 
 @dataclasses.dataclass
 class TrainResult:
@@ -40,7 +41,7 @@ class TrainResult:
   signal_number: int | None = None  # SIGTERM or SIGINT when a signal stopped the run
 
 
-DATA_FILES = "data_files.json"  # MODEL_DIR's record of the files each training task read
+DATA_FILES = storage.name(run_dir.RunDir("").data_files)
 EVAL_METRICS_FILE = training_evaluation.EVAL_METRICS_FILE
 
 
@@ -101,8 +102,13 @@ def _metric_writer(model_dir):
   except ImportError as error:  # clu's TensorBoard writer needs TensorFlow, which a GPU machine may lack
     logging.warning("clu's TensorBoard writer is not importable (%s): metrics go to the console only", error)
     return None
-  return metric_writers.create_default_writer(os.path.join(model_dir, "train"),
-                                              just_logging=jax.process_index() > 0)
+  directory = run_dir.RunDir(model_dir).tensorboard
+  if not storage.tensorflow_reaches(directory):
+    if jax.process_index() == 0:
+      print(f"TensorBoard summaries are off: TensorFlow's GCS client cannot reach the emulator "
+            f"(STORAGE_EMULATOR_HOST) that holds {model_dir}; metrics go to the console", flush=True)
+    return None
+  return metric_writers.create_default_writer(directory, just_logging=jax.process_index() > 0)
 
 
 def _real_tokens(batch):
@@ -168,7 +174,7 @@ def _record_data_files(model_dir, name, split) -> None:
   """Writes MODEL_DIR/data_files.json: what each training task read (files, sizes, sha256)."""
   record = {"mixture_or_task_name": name, "split": split,
             "tasks": {task.name: data.source_provenance(task) for task in data.tasks_with_split(name, split)}}
-  outputs.atomic_write_text(os.path.join(model_dir, DATA_FILES), json.dumps(record, indent=2) + "\n")
+  outputs.atomic_write_text(run_dir.RunDir(model_dir).data_files, json.dumps(record, indent=2) + "\n")
 
 
 def _log_interval(log_every: int, train_steps: int) -> int:
@@ -219,6 +225,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   if normalize_reward_task is not None and not goal.reward_head:
     raise ValueError(f"normalize_reward_task needs a reward model (OBJECTIVE 'pairwise' or 'listwise'), "
                      f"not {objective!r}")
+  storage.check_reachable(model_dir, "MODEL_DIR")
   partitioning.initialize_distributed(multi_host)
   host_memory.reuse_freed_memory()
   if normalize_reward_task is not None and jax.process_count() > 1:
@@ -336,7 +343,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
     with partitioning.activate(mesh, rules):
       reward_normalization.normalize(
           model_config, params, source=model_dir,
-          output_dir=os.path.join(model_dir, reward_normalization.NORMALIZED_SUBDIR),
+          output_dir=run_dir.RunDir(model_dir).normalized,
           task_name=normalize_reward_task, split=normalize_reward_split,
           feature_lengths=task_feature_lengths, batch_size=batch_size)
   return TrainResult(step=step, params=params, preempted=preempted, metrics=last_metrics,

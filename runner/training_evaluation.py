@@ -1,12 +1,11 @@
 """Evaluation during training (t5x's eval period and keep-best), for runner/train.py.
 
 Every EVAL_EVERY steps the run scores the eval split with its current parameters through
-runner/evaluate.py's scoring, writes `eval/<task>/<metric>` scalars beside the loss, appends a
+runner/evaluate.py's scoring, writes `eval/<task>/<metric>` scalars beside the loss, adds a
 line to MODEL_DIR/eval_metrics.jsonl, prints one line, and keeps the best checkpoint by
 BEST_METRIC in MODEL_DIR/best.
 """
 import json
-import os
 
 import jax
 import numpy as np
@@ -15,8 +14,10 @@ from runner import checkpoints
 from runner import data
 from runner import evaluate
 from runner import outputs
+from runner import run_dir
+import storage
 
-EVAL_METRICS_FILE = "eval_metrics.jsonl"  # one line per evaluation during training
+EVAL_METRICS_FILE = storage.name(run_dir.RunDir("").eval_metrics)
 BEST_MODES = ("max", "min")
 
 
@@ -32,6 +33,9 @@ class _CollectedRecords:
     self.done.add((record["task"], record["id"]))
     self.records.append(record)
 
+  def flush(self) -> None:
+    """Kept in memory."""
+
 
 def _flat_metrics(metrics: dict) -> dict[str, float]:
   """`{task or group: {metric: {"value", ...}}}` -> `{"task/metric": value}`, BEST_METRIC's names."""
@@ -42,10 +46,9 @@ def _flat_metrics(metrics: dict) -> dict[str, float]:
 def _read_eval_lines(path: str) -> tuple[list[dict], bool]:
   """(the complete lines of eval_metrics.jsonl, whether anything follows them: a last line cut
   short by a crash)."""
-  if not os.path.exists(path):
+  if not storage.exists(path):
     return [], False
-  with open(path, "rb") as f:
-    raw = f.read()
+  raw = storage.read_bytes(path)
   lines, end = [], 0
   for line in raw.splitlines(keepends=True):
     try:
@@ -66,16 +69,13 @@ def _eval_lines_until(path: str, step: int) -> list[dict]:
   lines, cut = _read_eval_lines(path)
   kept = [line for line in lines if line["step"] <= step]
   if cut or len(kept) < len(lines):
-    outputs.atomic_write_text(path, "".join(json.dumps(line, allow_nan=False) + "\n" for line in kept))
+    _write_lines(path, kept)
   return kept
 
 
-def _append_line(path: str, record: dict) -> None:
-  """Appends one whole line in one write (a crash leaves at most a cut last line, dropped on reading)."""
-  with open(path, "a", encoding="utf-8") as f:
-    f.write(json.dumps(record, allow_nan=False) + "\n")
-    f.flush()
-    os.fsync(f.fileno())
+def _write_lines(path: str, lines: list[dict]) -> None:
+  """Writes eval_metrics.jsonl whole (a bucket has no append; it holds a line per evaluation)."""
+  outputs.atomic_write_text(path, "".join(json.dumps(line, allow_nan=False) + "\n" for line in lines))
 
 
 def _all_tasks(name: str) -> list:
@@ -132,15 +132,17 @@ class _Evaluation:
     self.feature_lengths, self.batch_size, self.score_fn = feature_lengths, batch_size, score_fn
     self.mesh, self.rules, self.use_cached = mesh, rules, use_cached
     self.best_metric, self.best_mode = best_metric, best_mode
-    self.path = os.path.join(model_dir, EVAL_METRICS_FILE)
+    self.path = run_dir.RunDir(model_dir).eval_metrics
     self.model_dir = model_dir
+    self.lines: list[dict] = []  # eval_metrics.jsonl's
     self.evaluated_steps: set[int] = set()
     self.best = None  # {"step", "value"} of the best checkpoint
     self.best_manager = None
 
   def resume(self, step: int) -> None:
     """Reads what earlier attempts of the run recorded, as of the step it resumes from."""
-    self.evaluated_steps = {line["step"] for line in _eval_lines_until(self.path, step)}
+    self.lines = _eval_lines_until(self.path, step)
+    self.evaluated_steps = {line["step"] for line in self.lines}
     if self.best_metric is None:
       return
     self.best_manager = checkpoints.best_checkpoint_manager(self.model_dir, self.best_mode)
@@ -199,7 +201,8 @@ class _Evaluation:
       line["best"] = {"metric": self.best_metric, **self.best}
       shown += f"; best {self.best_metric} {self.best['value']:.4f} at step {self.best['step']}"
     if jax.process_index() == 0:
-      _append_line(self.path, line)
+      self.lines.append(line)
+      _write_lines(self.path, self.lines)
       print(f"eval at step {step}: {shown}", flush=True)
     self.evaluated_steps.add(step)
     return metrics

@@ -3,6 +3,8 @@
 orbax, seqio, TFDS and the HTTP server log every file and request at INFO through absl;
 `--verbosity=0` (or higher) on any script's command line brings those lines back.
 """
+import logging as std_logging
+
 from absl import flags
 from absl import logging
 
@@ -23,3 +25,5 @@ def quiet_libraries() -> None:
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
     logging.get_absl_logger().addFilter(_unexpected)
+    # gcsfs logs each failed request with its traceback; storage.StorageError says it in one line.
+    std_logging.getLogger("gcsfs").setLevel(std_logging.CRITICAL)

@@ -261,3 +261,20 @@ def check_reachable(directory, what: str) -> None:
   if not found:
     raise StorageError(f"{what} {directory}: the bucket gs://{bucket} does not exist "
                                      "(or these credentials cannot see it)")
+
+
+def absolute(path) -> str:
+  """A local path made absolute (orbax's wish); a bucket path as it is."""
+  return os.fspath(path) if is_bucket(path) else os.path.abspath(path)
+
+
+def move(source, target) -> None:
+  """Moves a file or folder: a local rename; in a bucket (no rename), a copy of every object
+  under `source`, then its deletion."""
+  if not is_bucket(source):
+    os.rename(source, target)
+    return
+  with naming_failures(source):
+    fs = epath.backend.fsspec_backend.fs(os.fspath(source))
+    fs.copy(os.fspath(source), os.fspath(target), recursive=True)
+    fs.rm(os.fspath(source), recursive=True)
