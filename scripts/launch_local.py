@@ -16,6 +16,9 @@ Each line a process prints is prefixed with its index (`[1] step 20/100 ...`). S
 the others get --grace_seconds to stop by themselves (jax's coordination service stops them once
 it misses the lost one's heartbeats), then are killed. The exit code is 0 when all succeed, else
 the first failure's (128 + N for a process killed by signal N).
+
+With --process_dirs, each process runs in a folder of its own, as a pod's hosts do: a rehearsal of a
+bucket run (every path gs://) shows that no host needs a file another host wrote to its disk.
 """
 import os
 import signal
@@ -34,6 +37,10 @@ _DEVICES = flags.DEFINE_integer("devices_per_process", None,
                                 "unset: the platform's own devices.", lower_bound=1)
 _GRACE = flags.DEFINE_float("grace_seconds", 60.0, "After a process fails, how long the others may take to "
                             "stop by themselves before they are killed.")
+_PROCESS_DIRS = flags.DEFINE_string(
+    "process_dirs", None, "Rehearses a pod's hosts, which share nothing but a bucket: process i runs in "
+    "PROCESS_DIRS/host_i, with its own temporary folder there, so that a path any process needs from "
+    "another must be in the bucket (gs://..., STORAGE_EMULATOR_HOST for a local emulator).")
 _HEARTBEAT = flags.DEFINE_integer("heartbeat_timeout_seconds", None,
                                   "Seconds of silence after which jax's coordination service declares a "
                                   "process lost and stops the others (unset: jax's default, 100).")
@@ -45,10 +52,14 @@ def free_port() -> int:
     return probe.getsockname()[1]
 
 
-def process_env(index: int, count: int, port: int, devices: int | None, heartbeat: int | None) -> dict:
-  """The environment of process `index`: the run's coordinator and its place in the run."""
+def process_env(index: int, count: int, port: int, devices: int | None, heartbeat: int | None,
+                host_dir: str | None = None) -> dict:
+  """The environment of process `index`: the run's coordinator and its place in the run (and, with
+  `host_dir`, its own temporary folder there)."""
   env = dict(os.environ, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=str(count),
              JAX_PROCESS_ID=str(index), PYTHONUNBUFFERED="1")
+  if host_dir is not None:
+    env["TMPDIR"] = os.path.join(host_dir, "tmp")
   if devices:
     flags_without_count = [flag for flag in env.get("XLA_FLAGS", "").split()
                            if not flag.startswith("--xla_force_host_platform_device_count")]
@@ -70,14 +81,26 @@ def exit_code(returncode: int) -> int:
   return 128 - returncode if returncode < 0 else returncode
 
 
+def host_dirs(process_dirs: str | None, count: int) -> list[str | None]:
+  """Each process's working folder (made, with its tmp/): PROCESS_DIRS/host_<i>, or None (the launcher's)."""
+  if process_dirs is None:
+    return [None] * count
+  folders = [os.path.abspath(os.path.join(process_dirs, f"host_{index}")) for index in range(count)]
+  for folder in folders:
+    os.makedirs(os.path.join(folder, "tmp"), exist_ok=True)
+  return folders
+
+
 def launch(command: list[str], count: int, devices: int | None = None, grace: float = 60.0,
-           heartbeat: int | None = None) -> int:
+           heartbeat: int | None = None, process_dirs: str | None = None) -> int:
   """Starts `python COMMAND` `count` times as one run; returns the launcher's exit code."""
   port = free_port()
+  folders = host_dirs(process_dirs, count)
   lock = threading.Lock()
   processes, relays = [], []
   for index in range(count):
-    process = subprocess.Popen([sys.executable, *command], env=process_env(index, count, port, devices, heartbeat),
+    process = subprocess.Popen([sys.executable, *command], cwd=folders[index],
+                               env=process_env(index, count, port, devices, heartbeat, folders[index]),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     processes.append(process)
     for stream, out in ((process.stdout, sys.stdout), (process.stderr, sys.stderr)):
@@ -131,7 +154,8 @@ def main(argv):
     command = command[1:]
   if not command:
     raise app.UsageError("give the command each process runs after --, e.g. -- -m scripts.train --gin_file=...")
-  sys.exit(launch(command, _NUM_PROCESSES.value, _DEVICES.value, _GRACE.value, _HEARTBEAT.value))
+  sys.exit(launch(command, _NUM_PROCESSES.value, _DEVICES.value, _GRACE.value, _HEARTBEAT.value,
+                  _PROCESS_DIRS.value))
 
 
 if __name__ == "__main__":

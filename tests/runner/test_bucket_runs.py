@@ -1,0 +1,95 @@
+"""A run whose MODEL_DIR is a bucket (a local Cloud Storage emulator), in this process: the
+evaluation during training and its best checkpoint, reward normalisation, a Hugging Face export
+of a bucket checkpoint, and the predictions an evaluation keeps in a bucket (no append there:
+whole numbered parts, gathered at the end). Each keeps what the same run keeps on a local disk."""
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from models import checkpoint_export
+from models import checkpoint_import
+from runner import checkpoints
+from runner import outputs
+from runner import run_dir
+from runner import train
+import storage
+from tests.runner.test_train_eval import BEST
+from tests.runner.test_train_eval import _train
+from tests.scripts.test_best_of_n import INPUT_LENGTH
+from tests.scripts.test_best_of_n import TINY as REWARD_TINY
+
+
+def _eval_lines(path) -> list[dict]:
+  return [json.loads(line) for line in storage.read_text(path).splitlines()]
+
+
+def test_evaluation_during_training_and_the_best_checkpoint_live_in_the_bucket(bucket, tmp_path):
+  model_dir = f"{bucket}/run"
+  _train(model_dir, 4)
+  _train(model_dir, 6)  # a restart reads the evaluations and the best step back from the bucket
+  _train(tmp_path / "run", 6)
+  in_bucket = _eval_lines(run_dir.RunDir(model_dir).eval_metrics)
+  on_disk = _eval_lines(run_dir.RunDir(str(tmp_path / "run")).eval_metrics)
+  assert [line["step"] for line in in_bucket] == [2, 4, 6]
+  assert in_bucket == on_disk
+  best = checkpoints.recorded_best(checkpoints.best_checkpoint_manager(model_dir, "max"))
+  assert best[0] == in_bucket[-1]["best"]["step"] and best[1]["metric"] == BEST
+  assert storage.list_names(run_dir.RunDir(model_dir).best) == [str(best[0])]
+
+
+def test_a_reward_model_is_normalised_into_the_bucket_and_loads_from_it(bucket):
+  import t5_tasks  # pylint: disable=g-import-not-at-top,unused-import  # registers the tasks
+  model_dir = f"{bucket}/reward"
+  train.train(model_config=REWARD_TINY, mixture_or_task_name="summarize_feedback_preference",
+              objective="pairwise", task_feature_lengths={"inputs": INPUT_LENGTH, "targets": 128},
+              train_steps=2, batch_size=4, model_dir=model_dir, log_every=1000,
+              normalize_reward_task="summarize_feedback_sft")
+  normalized = run_dir.RunDir(model_dir).normalized
+  record = json.loads(storage.read_text(storage.join(normalized, "normalization.json")))
+  _, trained = checkpoints.load_params(model_dir)
+  config, shifted = checkpoints.load_params(normalized)
+  assert config == REWARD_TINY and record["source_checkpoint"] == model_dir
+  np.testing.assert_allclose(np.asarray(shifted["reward_head"]["bias"]),
+                             np.asarray(trained["reward_head"]["bias"]) - record["offset"], rtol=0, atol=1e-6)
+
+
+def test_a_bucket_checkpoint_exports_to_hugging_face_in_the_bucket(bucket):
+  model_dir = f"{bucket}/run"
+  _train(model_dir, 2, eval_every=None, best_metric=None)
+  config, params = checkpoints.load_params(model_dir)
+  export = f"{bucket}/hf"
+  checkpoint_export.save_hf_t5(export, config, params)
+  assert storage.is_file(storage.join(export, "config.json"))
+  imported_config, imported = checkpoint_import.load_hf_t5(export)
+  assert imported_config == config
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(params), jax.device_get(imported))
+
+
+def _record(i):
+  return {"task": "t", "id": f"i{i}", "scores": [0.0, float(i)], "prediction": 1, "gold": [1]}
+
+
+def test_predictions_in_a_bucket_are_whole_parts_read_back_on_resuming_and_gathered_at_the_end(bucket):
+  layout = run_dir.EvalDir(bucket)
+  first = outputs.predictions_appender(bucket)
+  assert isinstance(first, outputs.PredictionParts)
+  for i in range(3):
+    first.write(_record(i))
+  first.flush()
+  first.write(_record(3))
+  first.flush()
+  # A stop before close: the parts are what is kept; a new writer (a resumed run) reads them back.
+  assert storage.list_names(layout.prediction_parts) == ["000000.jsonl", "000001.jsonl"]
+  resumed = outputs.predictions_appender(bucket)
+  assert resumed.done == {("t", f"i{i}") for i in range(4)} == outputs.written_ids(bucket)
+  with pytest.raises(outputs.OutputError, match=r"item \('t', 'i1'\) was already written"):
+    resumed.write(_record(1))
+  resumed.write(_record(4))
+  resumed.close()
+  assert not storage.exists(layout.prediction_parts)
+  assert [r["id"] for r in outputs.read_predictions(layout.predictions)] == [f"i{i}" for i in range(5)]
+  # A stop after gathering, before the parts were deleted: the part is not read twice.
+  storage.write_text(storage.join(layout.prediction_parts, "000000.jsonl"), json.dumps(_record(2)) + "\n")
+  assert len(outputs.predictions_appender(bucket).done) == 5
