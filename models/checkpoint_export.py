@@ -8,9 +8,12 @@ model's head goes beside it as `reward_head.safetensors`, a `torch.nn.Linear(d_m
 
 Dtype policy: this project keeps parameters in float32 (activations may run in bfloat16), and the
 export writes float32. A checkpoint holding bfloat16 arrays is written as their exact float32
-values (every bfloat16 is a float32), never rounded again. Pickle is never written. Every file is
-written to a temporary name and renamed into place, config.json last: a directory with a
-config.json is complete.
+values (every bfloat16 is a float32), never rounded again. Pickle is never written.
+
+The directory may be local or in a bucket (`gs://...`, through `storage`). Every file appears
+whole, config.json last, so a directory with a config.json is complete: a local file is written to
+a temporary name and renamed into place (the weights straight from the arrays, without a second
+copy in memory), a bucket object is uploaded whole (the weights serialised to bytes first).
 """
 import json
 import os
@@ -19,6 +22,7 @@ import tempfile
 import numpy as np
 from flax import traverse_util
 
+import storage
 from models import checkpoint_import
 from models import reward as reward_lib
 from models.config import T5Config
@@ -138,13 +142,13 @@ def _reward_head_tensors(config: T5Config, head) -> dict[str, np.ndarray]:
 
 
 def _replace_atomically(directory: str, name: str, write) -> str:
-  """Calls write(temporary path) in `directory`, then renames the file to `name`."""
+  """Calls write(temporary path) in the local `directory`, then renames the file to `name`."""
   final = os.path.join(directory, name)
   handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
   os.close(handle)
   try:
     write(temporary)
-    os.chmod(temporary, 0o644)  # read by others (the Hub uploader, a colleague); mkstemp makes 0600
+    os.chmod(temporary, storage.FILE_MODE)  # read by others (the Hub uploader); mkstemp makes 0600
     os.replace(temporary, final)
   finally:
     if os.path.exists(temporary):
@@ -152,38 +156,46 @@ def _replace_atomically(directory: str, name: str, write) -> str:
   return final
 
 
+def _write_safetensors(directory: str, name: str, tensors: dict[str, np.ndarray]) -> str:
+  """Writes `tensors` as `directory/name`, whole; returns its path."""
+  from safetensors import numpy as safetensors_numpy  # pylint: disable=import-outside-toplevel
+
+  metadata = {"format": "pt"}  # transformers reads safetensors files that say they hold torch tensors
+  if not storage.is_bucket(directory):
+    return _replace_atomically(directory, name,
+                               lambda path: safetensors_numpy.save_file(tensors, path, metadata))
+  path = storage.join(directory, name)
+  storage.write_bytes(path, safetensors_numpy.save(tensors, metadata))
+  return path
+
+
 def _write_text(directory: str, name: str, text: str) -> str:
-  def write(path):
-    with open(path, "w", encoding="utf-8") as f:
-      f.write(text)
-  return _replace_atomically(directory, name, write)
+  path = storage.join(directory, name)
+  storage.write_text(path, text)  # a local file replaced atomically, a bucket object written whole
+  return path
 
 
 def save_hf_t5(directory, config: T5Config, params) -> list[str]:
-  """Writes `directory` (local) as a Hugging Face T5 checkpoint of `params`; returns the files written.
+  """Writes `directory` (local or gs://) as a Hugging Face T5 checkpoint of `params`; returns the
+  files written.
 
   Refuses a directory that holds a complete checkpoint (a config.json); the files of an
   interrupted export are replaced. A reward head (`params['reward_head']`) is written as
   REWARD_HEAD_FILE with its note.
   """
-  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
-
-  directory = os.path.abspath(os.fspath(directory))
-  if os.path.exists(os.path.join(directory, CONFIG_FILE)):
+  directory = storage.absolute(directory)  # a local path as an absolute one, a bucket's as it is
+  if storage.exists(storage.join(directory, CONFIG_FILE)):
     raise FileExistsError(f"{directory} already holds a checkpoint ({CONFIG_FILE}); choose a new directory")
   config_json = json.dumps(hf_config(config), indent=2, sort_keys=True) + "\n"
   tensors = hf_tensors(config, params)
   head_tensors = _reward_head_tensors(config, params[reward_lib.HEAD]) if reward_lib.HEAD in params else None
-  os.makedirs(directory, exist_ok=True)
-  metadata = {"format": "pt"}  # transformers reads safetensors files that say they hold torch tensors
-  written = [_replace_atomically(directory, WEIGHTS_FILE, lambda path: save_file(tensors, path, metadata))]
+  storage.makedirs(directory)
+  written = [_write_safetensors(directory, WEIGHTS_FILE, tensors)]
   if head_tensors is not None:
-    written.append(_replace_atomically(directory, REWARD_HEAD_FILE,
-                                       lambda path: save_file(head_tensors, path, metadata)))
+    written.append(_write_safetensors(directory, REWARD_HEAD_FILE, head_tensors))
     written.append(_write_text(directory, REWARD_HEAD_NOTE, _REWARD_HEAD_NOTE))
   else:
     for name in (REWARD_HEAD_FILE, REWARD_HEAD_NOTE):  # left by an interrupted export of a reward model
-      if os.path.exists(os.path.join(directory, name)):
-        os.remove(os.path.join(directory, name))
+      storage.remove(storage.join(directory, name))
   written.append(_write_text(directory, CONFIG_FILE, config_json))
   return written

@@ -2,16 +2,19 @@
 
 Every HF tensor maps by rule onto exactly one parameter path of `models.network.Transformer`;
 a missing, extra or mis-shaped tensor is an error naming it. Pickled `.bin` files are never
-loaded (unpickling runs arbitrary code).
+loaded (unpickling runs arbitrary code). The directory may be local (its files memory-mapped) or in
+a bucket (`gs://...`, each file read whole through `storage`).
 """
 import json
-import pathlib
+import os
 import re
 
 import jax
+import ml_dtypes
 import numpy as np
 from flax import traverse_util
 
+import storage
 from models.config import T5Config
 from models.network import init_params
 
@@ -35,6 +38,8 @@ _SUBLAYERS = {
 }
 _RELATIVE_BIAS = "block.0.layer.0.SelfAttention.relative_attention_bias.weight"  # block 0's, shared by all
 _TIED_ALIASES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+# safetensors' float dtypes, for a file read from a bucket as bytes (numpy has no bfloat16 of its own).
+_FLOAT_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16}
 
 
 class CheckpointImportError(ValueError):
@@ -127,31 +132,53 @@ def hf_tensor_names(config: T5Config) -> list[str]:
   return names
 
 
-def _read_safetensors(directory: pathlib.Path):
+def _float32_tensors(path: str, data: bytes):
+  """(name, float32 array) of each tensor in the bytes `data` of the safetensors file `path`."""
+  import safetensors  # pylint: disable=import-outside-toplevel
+
+  try:
+    tensors = safetensors.deserialize(data)
+  except safetensors.SafetensorError as error:
+    raise CheckpointImportError(f"{path}: not a safetensors file ({error})") from None
+  for name, tensor in tensors:
+    dtype = _FLOAT_DTYPES.get(tensor["dtype"])
+    if dtype is None:
+      raise CheckpointImportError(f"{path}: tensor {name!r} has dtype {tensor['dtype']}, not a float")
+    yield name, np.frombuffer(tensor["data"], dtype).reshape(tensor["shape"]).astype(np.float32)
+
+
+def _read_safetensors(directory: str):
+  """{tensor name: (file name, float32 array)} of every *.safetensors file in `directory`."""
   from safetensors import safe_open  # pylint: disable=import-outside-toplevel
 
-  files = sorted(directory.glob("*.safetensors"))
+  files = storage.glob(directory, "*.safetensors")
   if not files:
-    pickles = sorted(p.name for p in directory.glob("*.bin"))
+    pickles = [storage.name(p) for p in storage.glob(directory, "*.bin")]
     hint = (f" It has {', '.join(pickles)}: pickled weights are never loaded; convert them once with "
             "`transformers` (model.save_pretrained(dir, safe_serialization=True)).") if pickles else ""
     raise CheckpointImportError(f"{directory}: no *.safetensors file.{hint}")
   tensors = {}
   for path in files:
-    with safe_open(str(path), framework="flax") as f:
+    file_name = storage.name(path)
+    if storage.is_bucket(path):  # an object is read whole, then decoded from the bytes
+      for name, value in _float32_tensors(path, storage.read_bytes(path)):
+        tensors[name] = (file_name, value)
+      continue
+    with safe_open(path, framework="flax") as f:
       for name in f.keys():
-        tensors[name] = (path.name, np.asarray(f.get_tensor(name), dtype=np.float32))
+        tensors[name] = (file_name, np.asarray(f.get_tensor(name), dtype=np.float32))
   return tensors
 
 
 def load_hf_t5(path) -> tuple[T5Config, dict]:
-  """(T5Config, params) from a Hugging Face T5 directory with config.json and *.safetensors."""
-  directory = pathlib.Path(path)
-  config_path = directory / "config.json"
-  if not config_path.is_file():
+  """(T5Config, params) from a Hugging Face T5 directory (local or gs://) with config.json and
+  *.safetensors."""
+  directory = os.fspath(path)
+  config_path = storage.join(directory, "config.json")
+  if not storage.is_file(config_path):
     raise CheckpointImportError(f"{directory}: no config.json")
   tensors = _read_safetensors(directory)
-  config = config_from_hf(json.loads(config_path.read_text()), config_path)
+  config = config_from_hf(json.loads(storage.read_text(config_path)), config_path)
   if config.logits_via_embedding:
     aliases = _TIED_ALIASES + ("lm_head.weight",)
   else:
@@ -162,22 +189,26 @@ def load_hf_t5(path) -> tuple[T5Config, dict]:
 
   expected = traverse_util.flatten_dict(
       jax.eval_shape(lambda: init_params(config, jax.random.PRNGKey(0))), sep="/")
+
+  def at(file_name):
+    return storage.join(directory, file_name)
+
   params = {}
   for name, (file_name, array) in tensors.items():
     if name in aliases:
       # Older checkpoints store the shared embedding three times; the copies must agree.
       if "shared.weight" in tensors and not np.array_equal(array, tensors["shared.weight"][1]):
-        raise CheckpointImportError(f"{directory / file_name}: tensor {name!r} differs from 'shared.weight'")
+        raise CheckpointImportError(f"{at(file_name)}: tensor {name!r} differs from 'shared.weight'")
       continue
     rule = hf_name_to_path(name)
     if rule is None or rule[0] not in expected:
-      raise CheckpointImportError(f"{directory / file_name}: unexpected tensor {name!r} {array.shape} "
+      raise CheckpointImportError(f"{at(file_name)}: unexpected tensor {name!r} {array.shape} "
                                   "(no parameter of this T5 config takes it)")
     target, transpose = rule
     value = array.T if transpose else array
     if value.shape != expected[target].shape:
       raise CheckpointImportError(
-          f"{directory / file_name}: tensor {name!r} has shape {array.shape}; parameter {target!r} "
+          f"{at(file_name)}: tensor {name!r} has shape {array.shape}; parameter {target!r} "
           f"needs {expected[target].shape}{' transposed' if transpose else ''}")
     params[target] = value
   missing = sorted(set(expected) - set(params))

@@ -4,6 +4,7 @@ r"""Converts checkpoints: Hugging Face or t5x in, this project's format out; any
   python -m scripts.convert_checkpoint --t5x_dir gs://my-bucket/t5x/base \
       --gin_file=gin/models/t5_1_1/base.gin --out /ckpt/t5x-base
   python -m scripts.convert_checkpoint --checkpoint /runs/base --to_hf /models/base-hf
+  python -m scripts.convert_checkpoint --checkpoint gs://my-bucket/runs/base --to_hf gs://my-bucket/hf/base
 
 `--hf_dir` (config.json + *.safetensors) or `--t5x_dir` (a t5x model directory, meaning its latest
 checkpoint_<step>/, or one step directory; legacy or orbax layout, local or in a bucket) with
@@ -15,16 +16,18 @@ no architecture: `--gin_file` names the model's gin file, which binds MODEL_CONF
 Hugging Face T5 directory (`models.checkpoint_export`): config.json and model.safetensors, float32,
 plus reward_head.safetensors and its note for a reward model.
 
+Every directory may be local or in a bucket (`gs://...`): a bucket path stays one (`storage`).
+
 One direction per call. `--gin_file` and `--gin.NAME=value` bind MODEL_CONFIG as for training;
 an architecture the checkpoint records is checked against it.
 """
-import os
 from typing import Sequence
 
 import gin
 from absl import app
 from absl import flags
 
+import storage
 from models import checkpoint_export
 from models import t5x_checkpoint
 from models.config import T5Config
@@ -36,12 +39,13 @@ PARAMS_SUBDIR = "params"
 
 
 def convert(source: str, out_dir: str, model_config: T5Config | None = None) -> T5Config:
-  """Writes `out_dir/params` and `out_dir/t5_config.json` from any checkpoint `load_params` reads."""
-  params_dir = os.path.join(os.path.abspath(out_dir), PARAMS_SUBDIR)
-  if os.path.exists(params_dir):
+  """Writes `out_dir/params` and `out_dir/t5_config.json` (local or gs://) from any checkpoint
+  `load_params` reads."""
+  params_dir = storage.join(out_dir, PARAMS_SUBDIR)
+  if storage.exists(params_dir):
     raise FileExistsError(f"{params_dir} already exists; choose a new --out directory")
   config, params = checkpoints.load_params(source, model_config)
-  os.makedirs(out_dir, exist_ok=True)
+  storage.makedirs(out_dir)
   checkpoints.save_params(params_dir, params)
   checkpoints.write_model_config(out_dir, config)
   return config
@@ -102,8 +106,8 @@ def main(argv: Sequence[str]) -> None:
     print(f"wrote {', '.join(written)} ({config})", flush=True)
     return
   config = convert(values["hf_dir"] or values["t5x_dir"], values["out"], model_config)
-  print(f"wrote {os.path.join(values['out'], PARAMS_SUBDIR)} and "
-        f"{os.path.join(values['out'], checkpoints.CONFIG_FILE)} ({config})", flush=True)
+  print(f"wrote {storage.join(values['out'], PARAMS_SUBDIR)} and "
+        f"{storage.join(values['out'], checkpoints.CONFIG_FILE)} ({config})", flush=True)
 
 
 if __name__ == "__main__":

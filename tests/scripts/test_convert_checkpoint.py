@@ -13,6 +13,7 @@ from absl import app
 from flax import traverse_util
 from safetensors.numpy import load_file
 
+import storage
 from models import checkpoint_import
 from models.checkpoint_import import load_hf_t5
 from models.config import T5Config
@@ -144,3 +145,72 @@ def test_a_directory_of_another_format_is_a_usage_error(converted, tmp_path):
   result = _run(f"--t5x_dir={hf_dir}", "--gin_file=gin/models/t5_1_1/tiny.gin", f"--out={tmp_path / 'out'}")
   assert result.returncode != 0 and f"--t5x_dir {hf_dir}: no t5x checkpoint there" in result.stderr
   assert not (tmp_path / "out").exists()
+
+
+# --- to a bucket (a local emulator) -----------------------------------------------------------------
+
+
+def _run_in(cwd, gcs_emulator, *args):
+  """The command line with gs:// routed to the emulator, run from `cwd`: a gs:// path mistaken for a
+  local one would become a folder `gs:` there."""
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(PROJECT_ROOT), **gcs_emulator.env}
+  for variable in ("TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING",
+                   "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"):  # the command sets these from STORAGE_EMULATOR_HOST
+    env.pop(variable, None)
+  return subprocess.run([sys.executable, "-m", "scripts.convert_checkpoint", *args], cwd=cwd,
+                        capture_output=True, text=True, timeout=300, env=env)
+
+
+def _objects(gcs_emulator, directory):
+  prefix = directory.split("gs://runs/", 1)[1].rstrip("/") + "/"
+  return [name[len(prefix):] for name in gcs_emulator.object_names("runs", prefix)]
+
+
+def test_export_command_line_writes_to_a_bucket(converted, bucket, gcs_emulator, tmp_path):
+  _, hf_dir, out, config = converted
+  target = f"{bucket}/hf"
+  result = _run_in(tmp_path, gcs_emulator, f"--checkpoint={out}", f"--to_hf={target}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert f"{target}/model.safetensors" in result.stdout
+  assert _objects(gcs_emulator, target) == ["config.json", "model.safetensors"]
+  assert not (tmp_path / "gs:").exists()
+  hf_config, hf_params = load_hf_t5(hf_dir)
+  exported_config, exported = load_hf_t5(target)
+  assert exported_config == hf_config == config
+  exported, expected = _flat(exported), _flat(hf_params)
+  assert sorted(exported) == sorted(expected)
+  for path, value in expected.items():
+    np.testing.assert_array_equal(exported[path], value, err_msg=path)
+
+
+def test_convert_command_line_reads_and_writes_a_bucket(converted, bucket, gcs_emulator, tmp_path):
+  """A Hugging Face directory in a bucket converted to an orbax checkpoint in the bucket, and that
+  exported back to Hugging Face in the bucket: the same tensors all the way."""
+  _, hf_dir, _, config = converted
+  source, target, back = f"{bucket}/hf", f"{bucket}/t5", f"{bucket}/back"
+  for path in sorted(hf_dir.iterdir()):
+    storage.write_bytes(storage.join(source, path.name), path.read_bytes())
+  result = _run_in(tmp_path, gcs_emulator, f"--hf_dir={source}", f"--out={target}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert f"wrote {target}/params and {target}/t5_config.json" in result.stdout
+  objects = _objects(gcs_emulator, target)
+  assert "t5_config.json" in objects and "params/_METADATA" in objects, objects
+  assert checkpoints.read_model_config(target) == config
+  _, hf_params = load_hf_t5(hf_dir)
+  expected = _flat(hf_params)
+  restored = _flat(checkpoints.load_params(target, config)[1])
+  assert sorted(restored) == sorted(expected)
+  for path, value in expected.items():
+    np.testing.assert_array_equal(restored[path], value, err_msg=path)
+  with pytest.raises(FileExistsError, match=f"^{target}/params already exists"):
+    convert_checkpoint.convert(str(hf_dir), target)
+
+  result = _run_in(tmp_path, gcs_emulator, f"--checkpoint={target}", f"--to_hf={back}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert _objects(gcs_emulator, back) == ["config.json", "model.safetensors"]
+  exported_config, exported = load_hf_t5(back)
+  assert exported_config == config
+  exported = _flat(exported)
+  for path, value in expected.items():
+    np.testing.assert_array_equal(exported[path], value, err_msg=path)
+  assert not (tmp_path / "gs:").exists()
