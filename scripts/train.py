@@ -15,6 +15,7 @@ paragraph, usually a line, says which); 130 after Ctrl-C (SIGINT) and 143 after 
 preemption, `kill`), both having saved a checkpoint at the step reached, so that the same command
 resumes.
 """
+import os
 import pathlib
 import re
 import signal
@@ -67,6 +68,15 @@ def _as_flag(binding: str) -> str:
   return _shown(f"--gin.{name.strip()}={value.strip()}" if equals else f"--gin_bindings={binding}")
 
 
+def _found(gin_file: str, search_paths) -> str:
+  """`gin_file` as given when it exists, else under the first search path that holds it: gin
+  would log an error line for each place it looked in vain (a pod host runs in its own folder)."""
+  if os.path.isabs(gin_file) or os.path.exists(gin_file):
+    return gin_file
+  return next((os.path.join(path, gin_file) for path in search_paths
+               if os.path.exists(os.path.join(path, gin_file))), gin_file)
+
+
 def parse_gin(gin_files, gin_bindings, search_paths) -> None:
   """Parses the gin files, then each binding. What gin refuses while parsing (a file it cannot
   open or read, a binding it cannot parse, a reference to no configurable) is the command line's
@@ -76,7 +86,7 @@ def parse_gin(gin_files, gin_bindings, search_paths) -> None:
     gin.add_config_file_search_path(path)
   for gin_file in gin_files:
     try:
-      gin.parse_config_file(gin_file)
+      gin.parse_config_file(_found(gin_file, search_paths))
     except SyntaxError as error:
       raise ValueError(f"--gin_file={gin_file}: gin cannot parse line {error.lineno} of "
                        f"{error.filename or gin_file}: {error.msg}") from None

@@ -80,8 +80,8 @@ def shared_data():
 
 @pytest.fixture(scope="session")
 def gcs_emulator(tmp_path_factory):
-  """A local Cloud Storage emulator (tests/helpers/gcs_emulator.py) with a bucket `runs`, for the session."""
-  from tests.helpers import gcs_emulator as emulators  # pylint: disable=g-import-not-at-top
+  """A local Cloud Storage emulator (scripts/gcs_emulator.py) with a bucket `runs`, for the session."""
+  from scripts import gcs_emulator as emulators  # pylint: disable=g-import-not-at-top
   emulator = emulators.start(tmp_path_factory.mktemp("gcs"))
   yield emulator
   emulator.stop()

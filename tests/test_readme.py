@@ -168,6 +168,16 @@ class Workspace:
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")  # the run's cache (tests/conftest.py)
     self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     self._runs: dict[str, concurrent.futures.Future] = {}
+    self._emulator, self._emulator_lock = None, threading.Lock()
+
+  def emulator(self):
+    """The local Cloud Storage emulator the README's bucket rehearsal talks to, started once (on a
+    free port: the README's 4443 may be taken on a shared machine)."""
+    from scripts import gcs_emulator  # pylint: disable=g-import-not-at-top
+    with self._emulator_lock:
+      if self._emulator is None:
+        self._emulator = gcs_emulator.start(self.outside / "bucket", ["runs"])
+      return self._emulator
 
   def git(self, *args):
     subprocess.run(["git", "-C", str(self.root), *args], check=True, capture_output=True)
@@ -266,6 +276,8 @@ class Workspace:
 
   def close(self):
     self._pool.shutdown(wait=True, cancel_futures=True)
+    if self._emulator is not None:
+      self._emulator.stop()
 
 
 def readme_command(prefix: str) -> str:
@@ -684,6 +696,59 @@ def check_preflight(ws: Workspace, command: str, result) -> None:
   assert re.search(r"fits in 16\.00 GiB per device \(\d+% of it\)", fitting.stdout), fitting.stdout[-3000:]
 
 
+README_EMULATOR = "http://127.0.0.1:4443"
+
+
+def run_emulator(ws: Workspace, command: str):
+  """The README's emulator command on a free port, until it has printed its two lines and its bucket
+  answers; then stopped as a user stops it (the objects' folder is the README's, in the copy)."""
+  import urllib.request  # pylint: disable=g-import-not-at-top
+  process = subprocess.Popen(["bash", "-c", f"exec {ws.localise(command)} --port=0"], cwd=ws.root, env=ws.env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    lines = [process.stdout.readline(), process.stdout.readline()]
+    url = lines[0].strip().split("=", 1)[-1]
+    with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=30) as response:
+      buckets = [bucket["name"] for bucket in json.load(response).get("items", [])]
+  finally:
+    process.terminate()
+    _, err = process.communicate(timeout=30)
+  return lines, buckets, process.returncode, err
+
+
+def check_emulator(ws: Workspace, command: str, result) -> None:
+  lines, buckets, code, err = result
+  assert re.fullmatch(r"STORAGE_EMULATOR_HOST=http://127\.0\.0\.1:\d+\n", lines[0]), (lines, err)
+  assert lines[1].startswith("serving gs://runs from ") and buckets == ["runs"], (lines, buckets, err)
+  assert code == 0 and "Traceback" not in err, err[-2000:]
+  assert (ws.root / "runs" / "bucket" / "server.log").is_file()
+
+
+def run_in_emulator(ws: Workspace, command: str) -> subprocess.CompletedProcess:
+  """A README command that names the emulator, with tiny settings, on the workspace's emulator."""
+  return run_with_tiny_settings(ws, command.replace(README_EMULATOR, ws.emulator().url))
+
+
+def check_bucket_rehearsal(ws: Workspace, command: str, result) -> None:
+  """Both processes ran in their own folders; the run's files are objects in the emulator's bucket,
+  none on disk (no `gs:` folder anywhere in the copy)."""
+  assert_ran(result)
+  prefix = (gin_value(command, "MODEL_DIR") or gin_value(command, "EVAL_OUTPUT_DIR")).removeprefix("gs://runs/")
+  objects = ws.emulator().object_names("runs", prefix + "/")
+  if " scripts.train" in command:
+    assert f"[0] stopped at step {TINY_STEPS}" in result.stdout, result.stdout[-3000:]
+    assert "[0] TensorBoard summaries are off" in result.stdout
+    expected = ["t5_config.json", "config.gin", "data_files.json", f"checkpoints/{TINY_STEPS}/params/_METADATA"]
+  else:
+    assert re.search(r"^\[0\] wrote gs://runs/rehearsal/eval/predictions.jsonl", result.stdout, re.M), (
+        result.stdout[-3000:])
+    expected = ["metrics.json", "predictions.jsonl", "report.html", "evaluation.json", "config.gin"]
+  for name in expected:
+    assert f"{prefix}/{name}" in objects, (name, objects)
+  assert (ws.root / "runs" / "hosts" / "host_1").is_dir()
+  assert not [path for path in ws.root.rglob("gs:")], "a local gs: folder"
+
+
 def check_local_pod(ws: Workspace, command: str, result) -> None:
   """Runs in tests/runner/test_multi_process.py, word for word with tiny settings appended:
   interrupted by SIGTERM, then SIGKILL, resumed, and compared with one process on 4 devices."""
@@ -735,6 +800,9 @@ CASES = [
          check_preflight, run=run_preflight),
     Case("python -m scripts.launch_local", "in tests/runner/test_multi_process.py (2 processes, interrupted "
          "and resumed)", check_local_pod),
+    Case("python -m scripts.gcs_emulator", "on a free port, then stopped", check_emulator, run=run_emulator),
+    Case("STORAGE_EMULATOR_HOST=", "tiny steps, 2 processes in their own folders, on the workspace's emulator",
+         check_bucket_rehearsal, run=run_in_emulator),
 ]
 
 

@@ -34,10 +34,9 @@ TRAIN = ["-m", "scripts.train", "--gin_file=gin/runs/finetune.gin", "--gin_file=
 
 
 def _evaluate(output_dir):
-  # custom.gin's mixture: asq_intent_cloze (12 items), then heap_ah (3).
-  return ["-m", "scripts.evaluate", "--gin_file=gin/models/t5_1_1/tiny.gin", "--gin_file=gin/runs/eval.gin",
-          "--gin_file=gin/mixtures/custom.gin", f"--gin.CHECKPOINT_PATH='{RUN}'",
-          f"--gin.EVAL_OUTPUT_DIR='{output_dir}'", "--gin.BATCH_SIZE=4",
+  """The quickstart mixture's evaluation: several tasks, so that a stop after the first leaves work."""
+  return ["-m", "scripts.evaluate", "--gin_file=gin/runs/eval.gin", "--gin_file=gin/quickstart.gin",
+          f"--gin.CHECKPOINT_PATH='{RUN}'", f"--gin.EVAL_OUTPUT_DIR='{output_dir}'", "--gin.BATCH_SIZE=4",
           "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 16}"]
 
 
@@ -57,11 +56,12 @@ def pod(gcs_emulator, compilation_cache, tmp_path_factory):
   two = ["--num_processes=2", "--devices_per_process=2", f"--process_dirs={hosts}"]
   one = ["--num_processes=1", "--devices_per_process=4", f"--process_dirs={hosts}"]
   result = {"terminated": launch(two, TRAIN, env, at_line=r"^\[0\] step 3/", send=signal.SIGTERM)}
+  result["objects_after_sigterm"] = gcs_emulator.object_names("runs", "pod/run/checkpoints/")
   result["left_by_training"] = _wipe(hosts)
   result["steps_after_sigterm"] = _steps(gcs_emulator)
   result["resumed"] = launch(one, TRAIN, env)
   result["left_by_resuming"] = _wipe(hosts)
-  result["evaluation_stopped"] = launch(two, _evaluate(f"{RUN}/eval"), env, at_line=r"^\[0\] asq_intent_cloze ",
+  result["evaluation_stopped"] = launch(two, _evaluate(f"{RUN}/eval"), env, at_line=r"^\[0\] \w+: \d+ items in ",
                                         send=signal.SIGTERM)
   result["parts_after_stop"] = gcs_emulator.object_names("runs", "pod/run/eval/predictions.parts/")
   _wipe(hosts)
@@ -98,7 +98,8 @@ def test_the_run_resumes_from_the_bucket_on_another_process_count(pod):
 def test_an_evaluation_stopped_in_a_bucket_keeps_its_batches_and_resumes_to_the_same_metrics(pod, gcs_emulator):
   code, out, err, _ = pod["evaluation_stopped"]
   assert code == 143, err[-3000:]
-  assert re.search(rf"\[0\] SIGTERM: interrupted after (\d+)/15 items, kept in {RUN}/eval/predictions.jsonl", out)
+  stopped = re.search(rf"\[0\] SIGTERM: interrupted after (\d+)/(\d+) items, kept in {RUN}/eval/predictions.jsonl", out)
+  assert stopped and 0 < int(stopped[1]) < int(stopped[2]), out[-3000:]
   code, out, err, _ = pod["evaluation_resumed"]
   assert code == 0, err[-3000:]
   assert re.search(rf"\[0\] resuming: \d+ items already in {RUN}/eval/predictions.jsonl", out), out[-3000:]
@@ -107,7 +108,7 @@ def test_an_evaluation_stopped_in_a_bucket_keeps_its_batches_and_resumes_to_the_
   read = lambda name: _read_object(gcs_emulator, f"pod/run/{name}")
   assert read("eval/metrics.json") == read("eval_once/metrics.json")
   assert read("eval/predictions.jsonl") == read("eval_once/predictions.jsonl")
-  assert len(read("eval/predictions.jsonl").splitlines()) == 15
+  assert len(read("eval/predictions.jsonl").splitlines()) == int(stopped[2])
 
 
 def _read_object(emulator, name) -> bytes:
@@ -124,8 +125,10 @@ def test_the_bucket_holds_the_whole_run_and_no_host_kept_anything_another_needed
                "eval/report.html", "eval/evaluation.json", "eval/config.gin", f"checkpoints/{STEPS}/params/_METADATA",
                f"checkpoints/{STEPS}/opt_state/_METADATA", f"checkpoints/{STEPS}/data/metadata"):
     assert f"pod/run/{name}" in objects, name
-  # Both hosts wrote their own shards of the checkpoint into it.
-  assert any(f"checkpoints/{STEPS}/params/ocdbt.process_1/" in name for name in objects), objects
+  # Both hosts wrote their own shards of the step they saved on SIGTERM into it.
+  step = pod["steps_after_sigterm"][-1]
+  assert any(f"checkpoints/{step}/params/ocdbt.process_1/" in name for name in pod["objects_after_sigterm"]), (
+      pod["objects_after_sigterm"])
   assert not any("predictions.parts" in name for name in objects)  # gathered at the end
   assert pod["parts_after_stop"], "the stopped evaluation kept no batch in the bucket"
   # The hosts' own folders: nothing but what a process may leave (no checkpoint, no output).

