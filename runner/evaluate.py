@@ -653,6 +653,7 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   (`score_task`); predictions.jsonl holds the items in the tasks' order either way.
   """
   check_scoring(scorer, normalization)
+  storage.check_reachable(output_dir, "EVAL_OUTPUT_DIR")
   if not isinstance(bucket_by_length, bool):
     raise ValueError(f"BUCKET_BY_LENGTH must be True or False, got {bucket_by_length!r}")
   partitioning.initialize_distributed(multi_host)

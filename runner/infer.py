@@ -247,6 +247,7 @@ def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
   same seed samples the same texts). With several processes none handles the signals (each would
   stop at its own batch while the others waited for it): they stop where they are.
   """
+  storage.check_reachable(output_file, "INFER_OUTPUT_FILE")
   partitioning.initialize_distributed()  # before anything touches a device
   host_memory.reuse_freed_memory()
   if input_file is not None:

@@ -20,10 +20,17 @@ def _unexpected(record) -> bool:
   return not any(text in record.getMessage() for text in _EXPECTED_WARNINGS)
 
 
+def _not_gins_probe(record) -> bool:
+  """gin looks for an included file on Python's path before its search paths (the project root),
+  logging an error for each miss when a process runs outside the project (a pod host's folder)."""
+  return not (record.filename == "resource_reader.py" and record.getMessage().startswith("Path not found: "))
+
+
 def quiet_libraries() -> None:
   """Shows the libraries' warnings and errors only, unless --verbosity was given."""
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
     logging.get_absl_logger().addFilter(_unexpected)
+    logging.get_absl_handler().addFilter(_not_gins_probe)  # gin logs through the root logger
     # gcsfs logs each failed request with its traceback; storage.StorageError says it in one line.
     std_logging.getLogger("gcsfs").setLevel(std_logging.CRITICAL)

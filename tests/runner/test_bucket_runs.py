@@ -3,6 +3,9 @@ evaluation during training and its best checkpoint, reward normalisation, a Hugg
 of a bucket checkpoint, and the predictions an evaluation keeps in a bucket (no append there:
 whole numbered parts, gathered at the end). Each keeps what the same run keeps on a local disk."""
 import json
+import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -15,6 +18,7 @@ from runner import outputs
 from runner import run_dir
 from runner import train
 import storage
+from tests.helpers.processes import script_env
 from tests.runner.test_train_eval import BEST
 from tests.runner.test_train_eval import _train
 from tests.scripts.test_best_of_n import INPUT_LENGTH
@@ -93,3 +97,24 @@ def test_predictions_in_a_bucket_are_whole_parts_read_back_on_resuming_and_gathe
   # A stop after gathering, before the parts were deleted: the part is not read twice.
   storage.write_text(storage.join(layout.prediction_parts, "000000.jsonl"), json.dumps(_record(2)) + "\n")
   assert len(outputs.predictions_appender(bucket).done) == 5
+
+
+def test_a_run_in_a_missing_bucket_stops_before_compiling_in_one_line(gcs_emulator, compilation_cache, tmp_path):
+  """scripts.train and scripts.evaluate name the macro, the path and the cause, exit 1, and leave
+  nothing on disk (no `gs:` folder in the working directory)."""
+  env = {**script_env(compilation_cache), **gcs_emulator.env}
+  commands = {
+      "MODEL_DIR": ["-m", "scripts.train", "--gin_file=gin/runs/finetune.gin", "--gin_file=gin/quickstart.gin",
+                    "--gin.MODEL_DIR='gs://no-such-bucket/run'"],
+      "EVAL_OUTPUT_DIR": ["-m", "scripts.evaluate", "--gin_file=gin/runs/eval.gin", "--gin_file=gin/quickstart.gin",
+                          "--gin.EVAL_OUTPUT_DIR='gs://no-such-bucket/eval'"],
+  }
+  for macro, arguments in commands.items():
+    result = subprocess.run([sys.executable, *arguments], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.splitlines() == [
+        f"error: {macro} gs://no-such-bucket/{'run' if macro == 'MODEL_DIR' else 'eval'}: the bucket "
+        "gs://no-such-bucket does not exist (or these credentials cannot see it)"], result.stderr[-3000:]
+    assert "step" not in result.stdout and "preflight" not in result.stdout.lower(), result.stdout[-2000:]
+    assert os.listdir(tmp_path) == []

@@ -77,3 +77,4 @@ def test_network_credential_and_permission_failures_are_one_line():
   with pytest.raises(KeyError):  # a bug is not storage's to word
     with storage.naming_failures("gs://runs/x"):
       raise KeyError("field")
+
