@@ -10,10 +10,10 @@ r"""Recomputes the papers' tables from released human judgments.
 
 Each prints its tables, and writes analysis.json and report.html (with PNG plots) under --out;
 heap counts each HEAP criterion's comparisons in the released files; heap_runs summarises
-evaluations already made (their metrics.json); both write JSON to --output.
+evaluations already made (their metrics.json); both write JSON to --output. Every file or folder
+given may be local or `gs://...` (read and written through `storage`).
 """
 import collections
-import glob
 import json
 import os
 from typing import Mapping, Sequence
@@ -26,6 +26,7 @@ from absl import flags
 from runner import outputs
 from runner import report
 from scripts import console
+import storage
 
 # t5_tasks (seqio, TensorFlow) is imported inside the analyses, once app.run has started absl:
 # TensorFlow registers a GPU probe to run when absl starts, and imported at the top of this file
@@ -118,7 +119,7 @@ def _annotation_files(args) -> list[str]:
     raise app.UsageError("asq needs --annotation_dir or --annotation_files")
   files = []
   for round_name in ("first", "second"):
-    found = sorted(glob.glob(os.path.join(args.annotation_dir, f"*annotation_{round_name}.json")))
+    found = storage.glob(args.annotation_dir, f"*annotation_{round_name}.json")
     if len(found) > 1:
       raise app.UsageError(f"several {round_name}-round files in {args.annotation_dir}: {found}")
     files += found
@@ -131,7 +132,8 @@ def _named_predictions(args) -> dict[str, list[dict]]:
   named = {}
   for spec in args.predictions:
     name, _, path = spec.rpartition("=")
-    named[name or os.path.basename(os.path.dirname(os.path.abspath(path)))] = outputs.read_predictions(path)
+    folder = storage.parent(path if storage.is_bucket(path) else os.path.abspath(path))
+    named[name or storage.name(folder)] = outputs.read_predictions(path)
   return named
 
 
@@ -320,7 +322,7 @@ def heap_runs(args) -> dict:
     raise app.UsageError("heap_runs needs --eval_dirs=DIR1,DIR2,... (evaluation output directories)")
   runs = {}
   for directory in args.eval_dirs:
-    if not os.path.exists(os.path.join(directory, outputs.METRICS_FILE)):
+    if not storage.exists(storage.join(directory, outputs.METRICS_FILE)):
       raise app.UsageError(f"{directory}: no {outputs.METRICS_FILE} (evaluate the run first)")
     runs[directory] = outputs.read_metrics(directory)
   table = heap_run_summary(runs, tuple(heap.HEAP_CRITERIA), heap.CLUSTERS, heap.task_name)
@@ -338,17 +340,23 @@ def heap_runs(args) -> dict:
       [(c, "/".join(map(str, e["criteria"])), e["pairwise_accuracy"]["n"],
         _mean_std(e["pairwise_accuracy"], 100, 2)) for c, e in table["clusters"].items()]))
   if args.output:
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    outputs.atomic_write_text(args.output, json.dumps(table, indent=2) + "\n")
+    storage.write_text(args.output, json.dumps(table, indent=2) + "\n")
     print(f"\nwrote {args.output}")
   return table
+
+
+def _relative(path: str, folder: str) -> str:
+  """`path` as found under `folder` (a local folder or a `gs://` prefix), relative to it."""
+  if storage.is_bucket(folder):
+    return path[len(folder.rstrip("/")) + 1:] if path.startswith(folder.rstrip("/") + "/") else path
+  return os.path.relpath(path, folder)
 
 
 def heap_counts(args) -> dict:
   """Prints each HEAP criterion's comparisons from the released files under --data_dir, and how
   §3's random 80/10/10 split divides them; writes JSON to --output."""
   from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top
-  if not args.data_dir or not os.path.isdir(args.data_dir):
+  if not args.data_dir or not storage.is_dir(args.data_dir):
     raise app.UsageError(f"heap needs --data_dir, a folder of HEAP's released files (got {args.data_dir!r})")
   counts, reports = {}, {}
   for abbreviation, criterion in heap.HEAP_CRITERIA.items():
@@ -370,13 +378,12 @@ def heap_counts(args) -> dict:
       ("criterion", "name", "comparisons", "train", "validation", "test", "file"),
       [(a, e["name"], e["comparisons"] if e["files"] else "bring your own file",
         *(e.get(s, "") for s in ("train", "validation", "test")),
-        ", ".join(os.path.relpath(p, args.data_dir) for p in e["files"])) for a, e in counts.items()]))
+        ", ".join(_relative(p, args.data_dir) for p in e["files"])) for a, e in counts.items()]))
   total = sum(e["comparisons"] or 0 for e in counts.values())
   print(f"\n{sum(bool(e['files']) for e in counts.values())} of {len(counts)} criteria have a file here; "
         f"{total} comparisons")
   if args.output:
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    outputs.atomic_write_text(args.output, json.dumps(counts, indent=2) + "\n")
+    storage.write_text(args.output, json.dumps(counts, indent=2) + "\n")
     print(f"wrote {args.output}")
   return counts
 
@@ -397,10 +404,10 @@ def run(command: str, args: flags.FlagValues) -> dict:
   result, tables, charts = ANALYSES[command](args)
   for table in tables:
     _print_table(table)
-  os.makedirs(args.out, exist_ok=True)
-  outputs.atomic_write_text(os.path.join(args.out, "analysis.json"), json.dumps(result, indent=2) + "\n")
+  storage.makedirs(args.out)
+  storage.write_text(storage.join(args.out, "analysis.json"), json.dumps(result, indent=2) + "\n")
   page = report.write_report(args.out, title=f"{command} analysis", charts=charts, tables=tables)
-  print(f"\nwrote {os.path.join(args.out, 'analysis.json')} and {page}")
+  print(f"\nwrote {storage.join(args.out, 'analysis.json')} and {page}")
   return result
 
 

@@ -4,8 +4,9 @@ r"""Compares systems evaluated on the same items, with paired significance tests
       [--metric=accuracy,two_best_accuracy] [--num_bootstrap=1000] [--seed=0]
 
 Each --eval_dirs entry NAME=DIR is a directory written by scripts.evaluate or scripts.run_baseline
-(predictions.jsonl and metrics.json). The systems must have scored the same items: per task the
-same (task, id) set and the same gold labels per item, else the command exits 1 naming the task.
+(predictions.jsonl and metrics.json); it and --out may be local folders or `gs://...` prefixes.
+The systems must have scored the same items: per task the same (task, id) set and the same gold
+labels per item, else the command exits 1 naming the task.
 
 The compared metrics are the accuracy-like ones every system's metrics.json reports: accuracy,
 two_best_accuracy (TimeDial), pairwise_accuracy (preference tasks, HEAP) and their per-group
@@ -28,7 +29,6 @@ comparison.json, comparison.md and comparison.tex (booktabs) under --out, all wi
 """
 import json
 import math
-import os
 import sys
 from typing import Mapping, Sequence
 
@@ -40,6 +40,7 @@ from scipy import stats
 from runner import outputs
 from runner import report
 from scripts import console
+import storage
 
 # t5_tasks (seqio, TensorFlow: seconds to import) is imported in `item_credit`, once the inputs are
 # checked: a mismatched directory is refused at once, and absl has started (see scripts/analyze.py).
@@ -83,7 +84,7 @@ def parse_systems(specs: Sequence[str]) -> dict[str, str]:
 
 def load_system(directory: str) -> dict:
   """The directory's records by task and id, its metrics and provenance."""
-  path = os.path.join(directory, outputs.PREDICTIONS_FILE)
+  path = storage.join(directory, outputs.PREDICTIONS_FILE)
   by_task: dict[str, dict[str, dict]] = {}
   for record in outputs.read_predictions(path):
     items = by_task.setdefault(record["task"], {})
@@ -366,11 +367,12 @@ def disagreement_tables(result: Mapping) -> list[report.Table]:
 
 
 def write_outputs(out: str, result: Mapping) -> str:
-  """Writes comparison.json, .md, .tex and report.html under `out`; returns the report's path."""
-  os.makedirs(out, exist_ok=True)
-  outputs.atomic_write_text(os.path.join(out, "comparison.json"), json.dumps(result, indent=2) + "\n")
-  outputs.atomic_write_text(os.path.join(out, "comparison.md"), markdown(result))
-  outputs.atomic_write_text(os.path.join(out, "comparison.tex"), latex(result))
+  """Writes comparison.json, .md, .tex and report.html under `out` (a folder or `gs://...`);
+  returns the report's path."""
+  storage.makedirs(out)
+  storage.write_text(storage.join(out, "comparison.json"), json.dumps(result, indent=2) + "\n")
+  storage.write_text(storage.join(out, "comparison.md"), markdown(result))
+  storage.write_text(storage.join(out, "comparison.tex"), latex(result))
   columns, rows = value_table(result)
   tables = [report.Table("Systems: value [95% bootstrap interval]", columns, rows),
             report.Table("Paired differences", DIFFERENCE_COLUMNS, difference_rows(result))]

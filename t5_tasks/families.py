@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 import gin
 import tensorflow as tf
 
+import storage
 from t5_tasks import metrics
 from t5_tasks import preprocessors
 from t5_tasks import temporal_tagger
@@ -107,14 +108,20 @@ _RELEASED_SPLITS = {"train": "train", "val": "validation", "valid1": "validation
                     "valid2": "test", "test": "test"}
 
 
-# Absolute path -> the report of its latest read: provenance records what each file gave.
+# file_key(path) -> the report of its latest read: provenance records what each file gave.
 READ_REPORTS: dict[str, records.ReadReport] = {}
+
+
+def file_key(path) -> str:
+  """One name per data file: a local path made absolute (a relative one names the same file from
+  anywhere), a bucket path (`gs://...`) as it is."""
+  return os.fspath(path) if storage.is_bucket(path) else os.path.abspath(path)
 
 
 def _read(reader, path, *args):
   """The reader's records; what it normalised in the file is told once per file."""
   read, report = reader(*args, path)
-  key = os.path.abspath(path)
+  key = file_key(path)
   if report.normalised and key not in READ_REPORTS:
     print(f"NOTE: {report.summary()}", flush=True)
   READ_REPORTS[key] = report

@@ -34,6 +34,7 @@ import gin
 import seqio
 import tensorflow as tf
 
+import storage
 from t5_tasks import families
 from t5_tasks import preprocessors
 from t5_tasks import vocab
@@ -73,19 +74,31 @@ def data_files(dataset: str, files: Mapping[str, Mapping[str, str]] | None = Non
 _FILE_HASHES: dict[tuple, str] = {}  # (path, size, mtime) -> sha256: each file is hashed once
 
 
-def file_record(dataset: str, key: str, path: str) -> dict:
-  """What provenance keeps of one data file: dataset key, split key, path, size and sha256."""
+def _identity(path) -> tuple[tuple, int]:
+  """(the hash cache's key, the size in bytes) of a data file: a local file by its absolute path,
+  size and mtime (os.stat, as ever); a bucket object by its path as given, size and update time
+  (one metadata request: an object is never downloaded only to learn that it is unchanged)."""
+  if storage.is_bucket(path):
+    with storage.naming_failures(path):
+      stat = storage.Path(path).stat()
+    return (os.fspath(path), stat.length, stat.mtime), stat.length
   stat = os.stat(path)
-  cache_key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+  return (os.path.abspath(path), stat.st_size, stat.st_mtime_ns), stat.st_size
+
+
+def file_record(dataset: str, key: str, path: str) -> dict:
+  """What provenance keeps of one data file (local or `gs://`): dataset key, split key, path,
+  size and sha256."""
+  cache_key, size = _identity(path)
   if cache_key not in _FILE_HASHES:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with storage.open_file(path, "rb") as f:
       for block in iter(lambda: f.read(1 << 20), b""):
         digest.update(block)
     _FILE_HASHES[cache_key] = digest.hexdigest()
-  return {"dataset": dataset, "split": key, "path": cache_key[0], "bytes": stat.st_size,
-          "sha256": _FILE_HASHES[cache_key],
-          "quickstart": os.path.dirname(cache_key[0]) == str(QUICKSTART_DIR)}
+  quickstart = not storage.is_bucket(path) and os.path.dirname(cache_key[0]) == str(QUICKSTART_DIR)
+  return {"dataset": dataset, "split": key, "path": cache_key[0], "bytes": size,
+          "sha256": _FILE_HASHES[cache_key], "quickstart": quickstart}
 
 
 class ReaderSource(seqio.FunctionDataSource):
@@ -131,7 +144,7 @@ class ReaderSource(seqio.FunctionDataSource):
     files = []
     for dataset in self._files_key:
       for key, path in sorted(data_files(dataset).items()):
-        report = families.READ_REPORTS.get(os.path.abspath(path))
+        report = families.READ_REPORTS.get(families.file_key(path))
         files.append({**file_record(dataset, key, path),
                       "records_read": None if report is None else report.read,
                       "records_skipped": None if report is None else report.skipped,

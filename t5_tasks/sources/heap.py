@@ -14,7 +14,6 @@ criterion, `heap_<abbreviation>`, and `t5_tasks.mixtures` the paper's four proto
 """
 import collections
 import dataclasses
-import glob
 import hashlib
 import itertools
 import json
@@ -22,6 +21,7 @@ import os
 import random
 from typing import Callable
 
+import storage
 from t5_tasks.sources import heap_sources
 from t5_tasks.sources import records
 from t5_tasks.sources import turingadvice
@@ -248,11 +248,10 @@ def read_instruction_templates(path) -> tuple[dict[str, list[str]], records.Read
   a criterion missing, an empty phrasing or an index out of range is an error naming the field.
   """
   path = os.fspath(path)
-  with open(path, encoding="utf-8") as f:
-    try:
-      data = json.load(f)
-    except json.JSONDecodeError as e:
-      raise records.RecordError(path, e.lineno, None, f"not valid JSON: {e.msg}") from None
+  try:
+    data = json.loads(storage.read_text(path))
+  except json.JSONDecodeError as e:
+    raise records.RecordError(path, e.lineno, None, f"not valid JSON: {e.msg}") from None
   where = records.Where(path, None)
   criteria = where.mapping(data, "criteria")
   out = {}
@@ -468,9 +467,9 @@ SOURCE_FILES = {
 
 
 def find_source_files(folder, source: str) -> list[str]:
-  """The released files (or folders) of `source` under `folder`, searched recursively, sorted."""
-  return sorted({p for pattern in SOURCE_FILES[source]
-                 for p in glob.glob(os.path.join(folder, pattern), recursive=True)})
+  """The released files (or folders) of `source` under `folder` (local or `gs://`), searched
+  recursively, sorted."""
+  return sorted({p for pattern in SOURCE_FILES[source] for p in storage.glob(folder, pattern)})
 
 
 def read_heap_comparisons(criterion: str, path, *, skip_invalid: bool = False

@@ -8,12 +8,12 @@ HellaSwag (JSON lines). `heap.py` aggregates these records into (good, bad) comp
 import collections
 import dataclasses
 import functools
-import glob
 import json
 import os
 import re
 from typing import Any, Iterator
 
+import storage
 from t5_tasks.sources import records
 
 UPDATE_LABELS = ("attenuator", "intensifier")
@@ -157,9 +157,9 @@ def read_commongen_sheet(path, *, skip_invalid: bool = False):
 def commongen_sheets(path) -> list[str]:
   """The sheets of one CommonGen evaluation: `path` itself, or the sheet*.csv files in it."""
   path = os.fspath(path)
-  if not os.path.isdir(path):
+  if not storage.is_dir(path):
     return [path]
-  sheets = sorted(glob.glob(os.path.join(path, "sheet*.csv")),
+  sheets = sorted(storage.glob(path, "sheet*.csv"),
                   key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p)])
   if not sheets:
     raise records.RecordError(path, None, None, "no sheet*.csv files in this folder")
@@ -330,8 +330,7 @@ def json_object_rows(path) -> Iterator[tuple[records.Where, Any]]:
   or inside an entry, makes that entry a bad row.
   """
   path = os.fspath(path)
-  with open(path, "rb") as f:
-    data = f.read()
+  data = storage.read_bytes(path)
   try:
     text = data.decode("utf-8")
   except UnicodeDecodeError as e:
@@ -394,9 +393,9 @@ def _parse_chasm(stem: str, where: _Entry, item) -> tuple[ChasmPost, collections
 def chasm_files(path) -> list[str]:
   """The files of a CHASM release: `path` itself, or the *.json files in it, sorted."""
   path = os.fspath(path)
-  if not os.path.isdir(path):
+  if not storage.is_dir(path):
     return [path]
-  files = sorted(glob.glob(os.path.join(path, "*.json")))
+  files = storage.glob(path, "*.json")
   if not files:
     raise records.RecordError(path, None, None, "no *.json files in this folder")
   return files
@@ -410,7 +409,7 @@ def read_chasm(path, *, skip_invalid: bool = False) -> tuple[list[ChasmPost], re
   """
   posts, reports = [], []
   for file in chasm_files(path):
-    stem = os.path.splitext(os.path.basename(file))[0]
+    stem = os.path.splitext(storage.name(file))[0]
     parsed, report = records.read_records(file, json_object_rows(file), functools.partial(_parse_chasm, stem),
                                           skip_invalid=skip_invalid)
     posts += _records_and_normalised(parsed, report)

@@ -3,7 +3,8 @@
 A reader turns one file into rows (`json_array_rows`, `json_lines_rows`,
 `csv_rows`), parses each row into a frozen dataclass with the `Where` helpers,
 and lets `read_records` decide whether a bad row raises or is skipped and counted.
-Errors always name the file, the row (line or index) and the field.
+Errors always name the file, the row (line or index) and the field. A file may be local or in a
+bucket (`gs://...`): every read goes through `storage`, and messages name the path as given.
 """
 import collections
 import csv
@@ -14,6 +15,8 @@ import os
 import re
 import sys
 from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+import storage
 
 T = TypeVar("T")
 
@@ -174,8 +177,7 @@ def _decode(path: str, data: bytes, line: int | None) -> str:
 def json_array_rows(path) -> Iterator[tuple[Where, Any]]:
   """The entries of a file holding one JSON array; a broken file raises at once."""
   path = os.fspath(path)
-  with open(path, "rb") as f:
-    text = _decode(path, f.read(), None)
+  text = _decode(path, storage.read_bytes(path), None)
   try:
     data = json.loads(text)
   except json.JSONDecodeError as e:
@@ -191,7 +193,7 @@ def json_array_rows(path) -> Iterator[tuple[Where, Any]]:
 def json_lines_rows(path) -> Iterator[tuple[Where, Any]]:
   """One JSON value per non-blank line; a line that does not parse yields its RecordError."""
   path = os.fspath(path)
-  with open(path, "rb") as f:
+  with storage.open_file(path, "rb") as f:
     for number, raw in enumerate(f, start=1):
       where = Where(path, number)
       try:
@@ -214,8 +216,7 @@ def csv_rows(path, *, header: bool = True) -> Iterator[tuple[Where, Any]]:
   the row boundaries that follow cannot be trusted, so it is never skipped.
   """
   path = os.fspath(path)
-  with open(path, "rb") as f:
-    text = _decode(path, f.read(), None)
+  text = _decode(path, storage.read_bytes(path), None)
   reader = csv.reader(text.splitlines(keepends=True))
   columns = None
   while True:

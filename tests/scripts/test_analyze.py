@@ -236,3 +236,47 @@ def test_heap_counts_every_criterion_with_a_file(capsys, tmp_path, shared_data):
       assert re.search(rf"^{abbreviation} +.+? {e['comparisons']} +{e['train']} ", console, re.M), abbreviation
   assert console.count("bring your own file") == 6
   assert f"16 of 22 criteria have a file here; {sum(e['comparisons'] or 0 for e in counts.values())}" in console
+
+
+def test_asq_analysis_and_heap_counts_read_and_write_a_bucket(capsys, tmp_path, bucket):
+  """--annotation_dir, --predictions, --data_dir, --out and --output in a bucket: the same results
+  as from and to local folders, written there."""
+  import storage  # pylint: disable=g-import-not-at-top
+  raw = json.load(open(DATA / "asq_test.json"))
+  lines = "".join(json.dumps({"task": "asq", "id": r["id"], "scores": [1.0, 0.0], "prediction": 0,
+                              "gold": [1, 0] if r["label"] == 0 else [0, 1]}) + "\n" for r in raw)
+  (tmp_path / "model").mkdir()
+  (tmp_path / "model" / "predictions.jsonl").write_text(lines)
+  storage.write_text(f"{bucket}/model/predictions.jsonl", lines)
+  for name in ("asq_human_annotation_first.json", "asq_human_annotation_second.json", "asq_test.json"):
+    storage.write_bytes(f"{bucket}/asq/{name}", (DATA / name).read_bytes())
+  local, _ = _analyze(capsys, tmp_path / "out", "asq", f"--annotation_dir={DATA}",
+                      f"--predictions={tmp_path / 'model' / 'predictions.jsonl'}")
+  fv = flags.FlagValues()
+  analyze.define_flags(fv)
+  fv(["analyze", f"--annotation_dir={bucket}/asq", f"--predictions={bucket}/model/predictions.jsonl",
+      f"--out={bucket}/out"])
+  found = analyze.run("asq", fv)
+  assert found == local and "model" in found["system_accuracy"]  # named by the predictions' folder
+  assert json.loads(storage.read_text(f"{bucket}/out/analysis.json")) == found
+  assert storage.exists(f"{bucket}/out/report.html")
+
+  layout = {"tellmewhy/tellmewhy_test_caters_sample.csv": "tellmewhy_test_caters_sample.csv",
+            "chasm/heap_chasm.json": "heap_chasm.json", "heap_hellaswag.jsonl": "heap_hellaswag.jsonl"}
+  for target, name in layout.items():
+    storage.write_bytes(f"{bucket}/heap/{target}", (DATA / name).read_bytes())
+    storage.write_bytes(str(tmp_path / "heap" / target), (DATA / name).read_bytes())
+  counts = {}
+  for where in (str(tmp_path), bucket):
+    fv = flags.FlagValues()
+    analyze.define_flags(fv)
+    fv(["analyze", f"--data_dir={where}/heap", f"--output={where}/counts/heap.json"])
+    counts[where] = analyze.run("heap", fv)
+    assert json.loads(storage.read_text(f"{where}/counts/heap.json")) == counts[where]
+  console = capsys.readouterr().out
+  def relative(found, root):
+    return {a: {**e, "files": [f[len(root) + 1:] for f in e["files"]]} for a, e in found.items()}
+  assert relative(counts[bucket], f"{bucket}/heap") == relative(counts[str(tmp_path)], f"{tmp_path}/heap")
+  assert counts[bucket]["CNO"]["comparisons"]
+  assert counts[bucket]["HS"]["files"] == [f"{bucket}/heap/heap_hellaswag.jsonl"]
+  assert f"{bucket}/heap (split" in console and " chasm, chasm/heap_chasm.json" in console

@@ -255,3 +255,33 @@ def test_predictions_that_disagree_with_their_metrics_are_refused(systems, tmp_p
   with pytest.raises(compare.ComparisonError, match=r"edited: asq_intent_cloze accuracy recomputed .* "
                      r"metrics.json says 0.500000"):
     compare.run(fv)
+
+
+def _run_in_process(eval_dirs: dict, out: str, *args) -> dict:
+  fv = flags.FlagValues()
+  compare.define_flags(fv)
+  fv(["compare", "--eval_dirs=" + ",".join(f"{n}={d}" for n, d in eval_dirs.items()), f"--out={out}", *args])
+  return compare.run(fv)
+
+
+def test_compare_reads_and_writes_a_bucket_as_a_folder(systems, tmp_path, bucket):
+  """Evaluation directories in a bucket (their predictions.jsonl and metrics.json copied there) and
+  --out in a bucket: the same comparison as from and to local folders."""
+  import storage  # pylint: disable=g-import-not-at-top
+  in_bucket = {}
+  for name, directory in systems.items():
+    in_bucket[name] = f"{bucket}/{name}"
+    for file in (outputs.PREDICTIONS_FILE, outputs.METRICS_FILE):
+      storage.write_bytes(storage.join(in_bucket[name], file), (pathlib.Path(directory) / file).read_bytes())
+  local = _run_in_process(systems, tmp_path, "--num_bootstrap=50")
+  found = _run_in_process(in_bucket, f"{bucket}/out", "--num_bootstrap=50")
+  assert [s["dir"] for s in found["systems"]] == list(in_bucket.values())
+  strip = lambda result: {k: v for k, v in result.items() if k != "systems"}
+  assert strip(found) == strip(local) and found["values"]
+  assert json.loads(storage.read_text(f"{bucket}/out/comparison.json")) == found
+  for name in ("comparison.md", "comparison.tex"):
+    expected = (tmp_path / name).read_text()
+    for system, directory in systems.items():
+      expected = expected.replace(directory, in_bucket[system])
+    assert storage.read_text(f"{bucket}/out/{name}") == expected
+  assert storage.exists(f"{bucket}/out/report.html")
