@@ -45,6 +45,7 @@ def pytest_configure(config):
 LONGEST_MODULES = (
     "tests/test_readme.py",  # 284
     "tests/runner/test_multi_process.py",  # 188
+    "tests/runner/test_pod_bucket.py",  # 82 (alone)
     "tests/runner/test_train_entry.py",  # 68
     "tests/runner/test_evaluate.py",  # 67
     "tests/runner/test_memory_plan.py",  # 66
