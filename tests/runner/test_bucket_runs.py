@@ -118,3 +118,17 @@ def test_a_run_in_a_missing_bucket_stops_before_compiling_in_one_line(gcs_emulat
         "gs://no-such-bucket does not exist (or these credentials cannot see it)"], result.stderr[-3000:]
     assert "step" not in result.stdout and "preflight" not in result.stdout.lower(), result.stdout[-2000:]
     assert os.listdir(tmp_path) == []
+
+
+def test_a_damaged_step_in_a_bucket_is_set_aside_and_the_run_resumes_from_the_one_before(bucket, capsys):
+  """A bucket has no rename: the damaged step's objects are copied to `<step>.damaged` and deleted."""
+  model_dir = f"{bucket}/run"
+  _train(model_dir, 4, eval_every=None, best_metric=None)  # checkpoints at steps 2 and 4
+  layout = run_dir.RunDir(model_dir)
+  storage.remove(storage.join(layout.checkpoints, "4", "params", "_METADATA"))
+  capsys.readouterr()
+  result = _train(model_dir, 4, eval_every=None, best_metric=None)
+  assert result.step == 4
+  assert f"checkpoint step 4 in {layout.checkpoints} is unreadable" in capsys.readouterr().out
+  assert storage.list_names(layout.checkpoints) == ["2", "4", "4.damaged"]
+  assert not storage.exists(storage.join(layout.checkpoints, "4.damaged", "params", "_METADATA"))
