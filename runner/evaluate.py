@@ -9,9 +9,9 @@ give the task's loss and perplexity (model selection by validation perplexity, a
 §5 does). Per item, one JSON line
 (`runner.outputs` format) holds every candidate's score, the prediction, the gold labels and
 the task's metadata. Items are batched with items of alike lengths (less padding) and read on a
-thread while the device scores; lines are appended in the task's order as batches finish, so an
-interrupted evaluation skips the items already written when run again (and a resumed file is put
-back in order at the end); metrics are computed from the finished file with the
+thread while the device scores; each batch's lines are written as soon as it is scored (a kill
+loses only the batch in flight), so an interrupted evaluation skips the items already written when
+run again, and the file is put in the tasks' order at the end; metrics are computed from it with the
 task's own seqio score metric functions (95% bootstrap intervals), so a resumed run and an
 uninterrupted one give the same `metrics.json` (with, given `metric_groups`, each group's average
 over its tasks beside them: HEAP's clusters). SIGINT (Ctrl-C) or SIGTERM stops at the end of
@@ -293,11 +293,11 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
 
   Items must be told apart for resuming: a repeated id keeps it the first time and becomes
   "id#1", "id#2", ... on later occurrences, in the task's fixed order. `bucket_by_length` batches
-  items of alike lengths together (`data.bucketed_candidate_batches`: less padding); their lines
-  are still written in the task's order, each as soon as every item before it is written. Before
+  items of alike lengths together (`data.bucketed_candidate_batches`: less padding); each batch's
+  lines are written as soon as it is scored, so they are out of the task's order
+  (`outputs.reorder_predictions` puts the file in order at the end; `stats.ids` is the order). Before
   each batch `should_stop()` is asked; when it says so (or scoring raises) the task stops there,
-  every finished item written, the last ones perhaps out of order (`outputs.reorder_predictions`
-  puts a resumed file back in order). Batches are read, padded and packed on a thread ahead of scoring.
+  every scored item written. Batches are read, padded and packed on a thread ahead of scoring.
   `batch_size` is global: with `mesh`, each process reads every batch and places on its devices
   the rows they hold (`partitioning.global_batch`); `score_fn` returns the whole batch's scores to
   every process, so every process calls `appender.write` for the same items.
@@ -306,18 +306,6 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
   stats = TaskStats(task_name)
   started = time.perf_counter()
   ids_at: dict[int, str] = {}  # position -> distinct id
-  finished: dict[int, dict | None] = {}  # position -> its line, None when written before
-  next_position = 0
-
-  def write_finished_in_order():
-    nonlocal next_position
-    while next_position in finished:
-      record = finished.pop(next_position)
-      if record is not None:
-        appender.write(record)
-      next_position += 1
-    appender.flush()
-
   row_multiple = 1 if mesh is None else partitioning.batch_blocks(mesh, rules)
   batches = _prefetched((positions, metadata, batch, data.packed_arrays(batch))  # made on the reading thread
                         for positions, metadata, batch in _task_batches(task_name, split, feature_lengths, batch_size,
@@ -330,8 +318,6 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
       ids_at.update(zip(positions, ids))
       todo = [(task_name, item_id) not in appender.done for item_id in ids]
       if not any(todo):
-        finished.update(dict.fromkeys(positions))
-        write_finished_in_order()
         progress.advance(len(metadata))
         continue
       input_ids, candidate_ids = arrays["input_ids"], arrays["candidate_ids"]
@@ -340,12 +326,14 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
       if mesh is not None:
         arrays = partitioning.global_batch(arrays, mesh, rules)
       scored = score_fn(params, arrays, lengths)
+      # Written as soon as scored, in the batch's order (bucketed batches finish out of the task's
+      # order): a kill loses only the batch in flight; `outputs.reorder_predictions` sorts the file.
       for i, item in enumerate(metadata):
-        extras = {name: values[i] for name, values in scored.items() if name != "scores"}
-        finished[positions[i]] = item_record(task_name, ids[i], item, scored["scores"][i],
-                                             batch["candidate_labels"][i], batch["candidate_mask"][i],
-                                             extras) if todo[i] else None
-      write_finished_in_order()
+        if todo[i]:
+          extras = {name: values[i] for name, values in scored.items() if name != "scores"}
+          appender.write(item_record(task_name, ids[i], item, scored["scores"][i], batch["candidate_labels"][i],
+                                     batch["candidate_mask"][i], extras))
+      appender.flush()
       input_tokens, candidate_tokens = int(np.count_nonzero(input_ids)), int(np.count_nonzero(candidate_ids))
       stats.items += sum(todo)
       stats.input_tokens += input_tokens
@@ -358,10 +346,6 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
         progress.report()
   finally:
     batches.close()  # stops the reading thread
-    for position in sorted(finished):  # stopped: items scored after a gap in the order, kept
-      if finished[position] is not None:
-        appender.write(finished[position])
-    appender.flush()
     stats.seconds = time.perf_counter() - started
     stats.ids = [ids_at[p] for p in sorted(ids_at)]
   if progress.done:

@@ -160,16 +160,15 @@ class _Evaluation:
 
   def metrics(self, params) -> dict[str, float]:
     """`{"task/metric": value}` of every evaluated task and group, scored with `params`."""
-    collected = _CollectedRecords()
+    metrics = {}
     for task in self.tasks:
-      evaluate.score_task(task.name, self.split, self.feature_lengths, self.batch_size, self.score_fn,
-                          params, collected, total=task.num_input_examples(self.split), mesh=self.mesh,
-                          rules=self.rules, use_cached=self.use_cached)
-    by_task = {}
-    for record in collected.records:
-      by_task.setdefault(record["task"], []).append(record)
-    metrics = {task.name: evaluate.task_metrics(task, by_task[task.name])
-               for task in self.tasks if task.name in by_task}
+      collected = _CollectedRecords()
+      stats = evaluate.score_task(task.name, self.split, self.feature_lengths, self.batch_size, self.score_fn,
+                                  params, collected, total=task.num_input_examples(self.split), mesh=self.mesh,
+                                  rules=self.rules, use_cached=self.use_cached)
+      if collected.records:  # in the task's order, as offline evaluation's file is (batches finish out of it)
+        rank = {item_id: i for i, item_id in enumerate(stats.ids)}
+        metrics[task.name] = evaluate.task_metrics(task, sorted(collected.records, key=lambda r: rank[r["id"]]))
     return _flat_metrics({**metrics, **evaluate.group_metrics(metrics, self.groups)})
 
   def _improves(self, value: float) -> bool:

@@ -90,8 +90,14 @@ def _score(tmp_path, params, scorer, batch_size, bucket=True, should_stop=lambda
   return outputs.read_predictions(str(out / outputs.PREDICTIONS_FILE)), stats
 
 
+def _in_task_order(records):
+  """The records as evaluate's finished file holds them (batches are written as they are scored)."""
+  order = [item["id"] for item in ITEMS]
+  return sorted(records, key=lambda record: order.index(record["id"]))
+
+
 def _assert_batch_invariant(tmp_path, params, scorer, extras=()):
-  by_size = {(size, bucket): _score(tmp_path, params, scorer, size, bucket)[0]
+  by_size = {(size, bucket): _in_task_order(_score(tmp_path, params, scorer, size, bucket)[0])
              for size in BATCH_SIZES for bucket in (False, True)}
   reference = by_size[1, False]
   assert [r["id"] for r in reference] == [item["id"] for item in ITEMS]
@@ -131,10 +137,9 @@ def test_rewards_do_not_depend_on_the_batch_size(tmp_path, quickstart_like):
 
 
 def _assert_short_items(records, count):
-  """`count` of the four short items, written in the task's order."""
+  """`count` of the four short items, each written once."""
   ids = [r["id"] for r in records]
-  assert len(ids) == count and all(i.startswith("asq") for i in ids), ids
-  assert ids == sorted(ids, key=[item["id"] for item in ITEMS].index)
+  assert len(set(ids)) == len(ids) == count and all(i.startswith("asq") for i in ids), ids
 
 
 @pytest.mark.parametrize("row_multiple", [1, 3])
@@ -171,8 +176,10 @@ def test_a_stopped_bucketed_evaluation_resumes_to_the_uninterrupted_file(tmp_pat
   records, stats = _score(tmp_path, params, "likelihood", 3, name="resumed")
   assert stats.items == len(ITEMS) - 4 and stats.ids == whole.ids == [item["id"] for item in ITEMS]
   assert [r["id"] for r in records] != stats.ids  # the first run's items came first
+  order = [("quickstart_like", i) for i in stats.ids]
   path = tmp_path / "resumed" / outputs.PREDICTIONS_FILE
-  assert outputs.reorder_predictions(str(path), [("quickstart_like", i) for i in stats.ids])
+  assert outputs.reorder_predictions(str(path), order)
+  outputs.reorder_predictions(str(tmp_path / "whole" / outputs.PREDICTIONS_FILE), order)  # as evaluate does
   assert path.read_bytes() == (tmp_path / "whole" / outputs.PREDICTIONS_FILE).read_bytes()
 
 
@@ -220,3 +227,23 @@ def test_bucketing_pads_less_and_the_counts_are_the_arrays_scored(tmp_path, quic
     padding[bucket] = stats.padding_share
   # With candidates packed, in-order batches of 3 pad 52% and bucketed ones 42% (10 points less).
   assert padding[True] < padding[False] - 0.05, padding
+
+
+def test_each_batch_is_on_disk_before_the_next_is_scored(tmp_path, quickstart_like):
+  """A SIGKILL (no `finally` runs) loses only the batch being scored: bucketed, the batches come out
+  of the task's order (the remainder's one item first, then three short ones), and each is in
+  predictions.jsonl before the next reaches the scorer. (Written in the task's order, as before,
+  nothing was on disk until the task's first item was scored.)"""
+  score_fn = evaluate.make_score_fn(CONFIG, "likelihood", "token", MESH)
+  on_disk = []
+
+  def scoring(params, arrays, lengths):
+    on_disk.append(len(outputs.read_written_ids(str(tmp_path / "out" / outputs.PREDICTIONS_FILE))))
+    return score_fn(params, arrays, lengths)
+
+  with outputs.PredictionsAppender(str(tmp_path / "out")) as appender:
+    stats = evaluate.score_task("quickstart_like", "test", LENGTHS, 3, scoring, init_params(CONFIG, jax.random.PRNGKey(0)),
+                                appender, mesh=MESH)
+  assert on_disk == [0, 1, 4] and stats.items == len(ITEMS) == 7
+  first_batch = [r["id"] for r in outputs.read_predictions(str(tmp_path / "out" / outputs.PREDICTIONS_FILE))][:1]
+  assert first_batch != [ITEMS[0]["id"]]  # the premise: the first batch scored is not the task's first item
