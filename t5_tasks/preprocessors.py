@@ -39,6 +39,66 @@ def split_paragraphs(text: str) -> tuple[list[str], str]:
   return [line.strip() for line in text.strip().split("\n") if line.strip()], "\n"
 
 
+# A text longer than this many characters per token of the budget is taken not to fit, so it is
+# not tokenized whole first: T5's SentencePiece averages about 4 characters a token on English,
+# bytes at most 1. It only orders the search (a text that fits all the same is found to), and it
+# bounds what a long input costs before the search: at most this many characters a budget token.
+_MOST_CHARS_PER_TOKEN_TRIED_WHOLE = 16
+
+
+def _fewest_drops(most: int, size: Callable[[int], int], fits: Callable[[int], bool],
+                  max_tokens: int) -> int | None:
+  """The fewest drops `k` in 0..`most` whose candidate fits in `max_tokens`, else None.
+
+  Candidate `k` is what is left of a text after its first `k` drops in the protocol's order;
+  it holds candidate `k + 1`, and cutting text away never adds tokens (bytes, whitespace words,
+  SentencePiece pieces, which do not cross spaces), so `fits` is monotone in `k`: the first `k`
+  that fits, which a drop-one-and-recount loop returns in time quadratic in the input, is found
+  by search. (Were a counter not monotone, the result would still fit and, with one item more,
+  would not; but it might keep fewer items than such a loop.) `size(k)`: candidate `k`'s length
+  in characters, cheap; it only schedules the probes.
+  """
+  unfit = -1  # fits(unfit) is false, unfit < fit; -1 while no candidate is known not to fit
+  if size(0) <= _MOST_CHARS_PER_TOKEN_TRIED_WHOLE * max_tokens:
+    if fits(0):
+      return 0  # the usual case, in one tokenization
+    unfit = 0
+  if unfit == most or not fits(most):
+    return None
+  fit = most
+  # From the shortest candidate, each probe at least twice as long as the last that fit: a long
+  # input with a short budget costs a few candidates about the budget's size, and these probes
+  # together cost about twice the last one.
+  while fit - unfit > 1:
+    probe = fit - 1
+    while probe > unfit + 1 and size(probe) <= 2 * size(fit):
+      probe -= 1
+    if not fits(probe):
+      unfit = probe
+      break
+    fit = probe
+  # Bisection between: log(items) probes, none longer than the first that did not fit.
+  while fit - unfit > 1:
+    middle = (fit + unfit) // 2
+    if fits(middle):
+      fit = middle
+    else:
+      unfit = middle
+  return fit
+
+
+def _kept_around(left: int, right: int, drops: int) -> tuple[int, int]:
+  """How many items stay left and right of the centre after `drops` drops from the ends, each
+  from the end farther from the centre (the left one when as far), from `left` and `right`.
+
+  The farther end shrinks alone until both are as far; then they alternate, the left first, so
+  the left keeps the smaller half.
+  """
+  remaining = left + right - drops
+  kept_left = min(left, max(remaining // 2, remaining - right))
+  return kept_left, remaining - kept_left
+
+
 def trim_middle_paragraphs(text: str, build: Callable[[str], str],
                            count_tokens: Callable[[str], int], max_tokens: int | None) -> str:
   """`build(text)`, dropping whole paragraphs of `text` from its middle until it fits.
@@ -46,15 +106,35 @@ def trim_middle_paragraphs(text: str, build: Callable[[str], str],
   The first and last paragraphs always stay; if they alone do not fit, the result is
   longer than `max_tokens` and the pipeline's final truncation cuts its end.
   """
-  if max_tokens is None or count_tokens(build(text)) <= max_tokens:
+  if max_tokens is None:
     return build(text)
   paragraphs, separator = split_paragraphs(text)
-  while len(paragraphs) > 2:
-    del paragraphs[len(paragraphs) // 2]
-    candidate = build(separator.join(paragraphs))
-    if count_tokens(candidate) <= max_tokens:
-      return candidate
-  return build(separator.join(paragraphs))
+  total = len(paragraphs)
+  starts = [0]  # starts[i]: characters in paragraphs[:i], for the probes' sizes
+  for paragraph in paragraphs:
+    starts.append(starts[-1] + len(paragraph) + len(separator))
+
+  def kept(drops):
+    # Dropping index n // 2 of n paragraphs, over and over, drops a block from the middle: what
+    # stays of n = total - drops is the first ceil(n / 2) and the last floor(n / 2).
+    n = total - drops
+    return n - n // 2, total - n // 2
+
+  def joined(drops):
+    head, tail = kept(drops)
+    return build(separator.join(paragraphs[:head] + paragraphs[tail:]))
+  # The text as given while whole; split and joined once a paragraph goes.
+  candidate = lambda drops: joined(drops) if drops else build(text)
+
+  def size(drops):
+    head, tail = kept(drops)
+    return starts[head] + starts[total] - starts[tail]
+
+  most = max(total - 2, 0)
+  drops = _fewest_drops(most, size, lambda k: count_tokens(candidate(k)) <= max_tokens,
+                        max_tokens)
+  # None: the first and last paragraphs alone do not fit (or the text has no more), joined.
+  return joined(most) if drops is None else candidate(drops)
 
 
 def format_date(created_utc: int) -> str:
@@ -88,24 +168,59 @@ def dialog_context(conversation: Sequence[str], mask_turn: int, scope: str,
   first, last = {"full": (0, len(conversation) - 1),
                  "local": (max(0, mask_turn - 1), min(len(conversation) - 1, mask_turn + 1)),
                  "target": (mask_turn, mask_turn)}[scope]
-  text = lambda: "\n".join(conversation[first:last + 1]).replace(MASK, SENTINEL)
-  while max_tokens is not None and first < last and count_tokens(text()) > max_tokens:
-    if mask_turn - first >= last - mask_turn:
-      first += 1
-    else:
-      last -= 1
-  if max_tokens is None or count_tokens(text()) <= max_tokens:
-    return text()
-  # The masked turn alone is too long: words go from its ends, the end farther from the mask first.
-  words = text().split(" ")
-  at = next(i for i, word in enumerate(words) if SENTINEL in word)
-  while len(words) > 1 and count_tokens(" ".join(words)) > max_tokens:
-    if at >= len(words) - 1 - at:
-      del words[0]
-      at -= 1
-    else:
-      del words[-1]
-  return " ".join(words)
+  # Turn by turn: <MASK> has no newline, so no <MASK> spans the newlines joining turns.
+  turns = [turn.replace(MASK, SENTINEL) for turn in conversation[first:last + 1]]
+  if max_tokens is None:
+    return "\n".join(turns)
+  # The candidates, longest first: the turns in scope, then ever fewer of them, the one farther
+  # from the masked turn first; then ever fewer words of the masked turn alone, the end farther
+  # from the mask first. After k drops of either, those kept either side are _kept_around's.
+  centre = mask_turn - first
+  turns_around = (centre, len(turns) - 1 - centre)
+  turn_drops = sum(turns_around)
+  turn_starts = [0]  # turn_starts[i]: characters in turns[:i], for the probes' sizes
+  for turn in turns:
+    turn_starts.append(turn_starts[-1] + len(turn) + 1)
+
+  def kept_turns(drops):
+    before, after = _kept_around(*turns_around, drops)
+    return centre - before, centre + after + 1
+
+  masked = turns[centre]
+
+  def word_end(at):  # the word holding masked[at] ends at the next space, or at the turn's end
+    space = masked.find(" ", at)
+    return len(masked) if space < 0 else space
+  # The i-th word left (right) of the mask's starts (ends) at word_starts[i] (word_ends[i]):
+  # lists that grow only as far as the probes reach, so a huge turn is never split into words.
+  mask_at = masked.index(SENTINEL)
+  word_starts, word_ends = [masked.rfind(" ", 0, mask_at) + 1], [word_end(mask_at)]
+  words_around = (masked.count(" ", 0, word_starts[0]), masked.count(" ", word_ends[0]))
+
+  def kept_words(drops):  # where the candidate starts and ends in the masked turn
+    before, after = _kept_around(*words_around, drops - turn_drops)
+    while len(word_starts) <= before:
+      word_starts.append(masked.rfind(" ", 0, word_starts[-1] - 1) + 1)
+    while len(word_ends) <= after:
+      word_ends.append(word_end(word_ends[-1] + 1))
+    return word_starts[before], word_ends[after]
+
+  def candidate(drops):
+    if drops <= turn_drops:
+      return "\n".join(turns[slice(*kept_turns(drops))])
+    return masked[slice(*kept_words(drops))]
+
+  def size(drops):
+    if drops <= turn_drops:
+      head, tail = kept_turns(drops)
+      return turn_starts[tail] - turn_starts[head]
+    start, end = kept_words(drops)
+    return end - start
+
+  most = turn_drops + sum(words_around)
+  drops = _fewest_drops(most, size, lambda k: count_tokens(candidate(k)) <= max_tokens,
+                        max_tokens)
+  return candidate(most if drops is None else drops)
 
 
 NEWS_FORMATS = ("supervised", "transfer")

@@ -1,6 +1,7 @@
 """Input formatting: paragraph trimming, TimeDial scopes, summary truncation, candidate batching."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 import seqio
 import tensorflow as tf
 
@@ -138,3 +139,153 @@ def test_dialog_context_drops_the_turns_farthest_from_the_mask_to_fit():
   assert preprocessors.dialog_context(turns, 2, "local", count, 23) == "three <extra_id_0> here"
   assert preprocessors.dialog_context(turns, 2, "local", count, 22) == "<extra_id_0> here"
   assert preprocessors.dialog_context(turns, 2, "local", count, 12) == "<extra_id_0>"
+
+
+# Today's trimming as it was before issue 35 (one drop, one tokenization of the whole candidate,
+# over and over): the protocol the searching rewrite must return exactly.
+
+def _reference_trim_middle_paragraphs(text, build, count_tokens, max_tokens):
+  if max_tokens is None or count_tokens(build(text)) <= max_tokens:
+    return build(text)
+  paragraphs, separator = preprocessors.split_paragraphs(text)
+  while len(paragraphs) > 2:
+    del paragraphs[len(paragraphs) // 2]
+    candidate = build(separator.join(paragraphs))
+    if count_tokens(candidate) <= max_tokens:
+      return candidate
+  return build(separator.join(paragraphs))
+
+
+def _reference_dialog_context(conversation, mask_turn, scope, count_tokens=None, max_tokens=None):
+  first, last = {"full": (0, len(conversation) - 1),
+                 "local": (max(0, mask_turn - 1), min(len(conversation) - 1, mask_turn + 1)),
+                 "target": (mask_turn, mask_turn)}[scope]
+  text = lambda: "\n".join(conversation[first:last + 1]).replace("<MASK>", "<extra_id_0>")
+  while max_tokens is not None and first < last and count_tokens(text()) > max_tokens:
+    if mask_turn - first >= last - mask_turn:
+      first += 1
+    else:
+      last -= 1
+  if max_tokens is None or count_tokens(text()) <= max_tokens:
+    return text()
+  words = text().split(" ")
+  at = next(i for i, word in enumerate(words) if "<extra_id_0>" in word)
+  while len(words) > 1 and count_tokens(" ".join(words)) > max_tokens:
+    if at >= len(words) - 1 - at:
+      del words[0]
+      at -= 1
+    else:
+      del words[-1]
+  return " ".join(words)
+
+
+TOKENIZERS = {"whitespace": lambda text: len(text.split()),
+              "bytes": lambda text: len(text.encode())}
+# Pieces that make words (digits tell them apart), empty words (two spaces), paragraphs and
+# lines, multi-byte characters, and markup: a mask in any turn, a literal sentinel before the mask.
+PIECES = ["a", "bc", "é", "dé f", " ", "  ", "\n", "\n\n", "\n \n", "\t",
+          "<MASK>", "<extra_id_0>"]
+texts = st.lists(st.sampled_from(PIECES) | st.integers(0, 9).map(str), max_size=40).map("".join)
+
+
+def _budget(data, count, text):
+  """None, or a budget from nothing to a little over the whole text's tokens."""
+  return data.draw(st.none() | st.integers(min_value=0, max_value=count(text) + 2), "max_tokens")
+
+
+@st.composite
+def _situations(draw):
+  """Any text, or numbered paragraphs (dropping one or another shows) with assorted breaks."""
+  bodies = draw(st.lists(texts, max_size=12))
+  breaks = draw(st.lists(st.sampled_from(["\n\n", "\n", "\n \n\t", " "]), min_size=len(bodies),
+                         max_size=len(bodies)))
+  numbered = "".join(f"{brk}p{i}{body}" for i, (brk, body) in enumerate(zip(breaks, bodies)))
+  return draw(st.sampled_from([numbered, draw(texts)]))
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=_situations(), tokenizer=st.sampled_from(sorted(TOKENIZERS)), data=st.data())
+def test_trim_middle_paragraphs_returns_what_dropping_one_at_a_time_returned(text, tokenizer, data):
+  build = lambda body: f"Title: t\nSituation: {body}"
+  count = TOKENIZERS[tokenizer]
+  max_tokens = _budget(data, count, build(text))
+  assert (preprocessors.trim_middle_paragraphs(text, build, count, max_tokens)
+          == _reference_trim_middle_paragraphs(text, build, count, max_tokens))
+
+
+@st.composite
+def _dialogs(draw):
+  turns = draw(st.lists(texts, min_size=1, max_size=7))
+  mask_turn = draw(st.integers(min_value=0, max_value=len(turns) - 1))
+  at = draw(st.integers(min_value=0, max_value=len(turns[mask_turn])))
+  turns[mask_turn] = turns[mask_turn][:at] + "<MASK>" + turns[mask_turn][at:]
+  return turns, mask_turn
+
+
+@settings(max_examples=600, deadline=None)
+@given(dialog=_dialogs(), scope=st.sampled_from(preprocessors.TIMEDIAL_SCOPES),
+       tokenizer=st.sampled_from(sorted(TOKENIZERS)), data=st.data())
+def test_dialog_context_returns_what_dropping_one_at_a_time_returned(dialog, scope, tokenizer,
+                                                                     data):
+  conversation, mask_turn = dialog
+  count = TOKENIZERS[tokenizer]
+  max_tokens = _budget(data, count, "\n".join(conversation).replace("<MASK>", "<extra_id_0>"))
+  assert (preprocessors.dialog_context(conversation, mask_turn, scope, count, max_tokens)
+          == _reference_dialog_context(conversation, mask_turn, scope, count, max_tokens))
+
+
+class _CountedBytes:
+  """Tokens are bytes; `characters` adds up the length of every text tokenized."""
+
+  def __init__(self):
+    self.characters = 0
+
+  def __call__(self, text):
+    self.characters += len(text)
+    return len(text.encode())
+
+
+def _masked_turn(size):
+  half = " ".join(f"w{i % 97}" for i in range(size // 6))[:size // 2]
+  return [half + " <MASK> " + half], 0, "target"
+
+
+def _many_turns(size):
+  turns = [f"A: t{i % 97} x" for i in range(size // 8)]
+  middle = len(turns) // 2
+  return turns[:middle] + ["B: <MASK> here"] + turns[middle:], middle, "full"
+
+
+def _short_paragraphs(size):
+  return "\n\n".join(f"p{i % 97} x" for i in range(size // 7))[:size]
+
+
+def _characters_tokenized(case, size, max_tokens):
+  count = _CountedBytes()
+  if case == "situation":
+    preprocessors.trim_middle_paragraphs(_short_paragraphs(size), lambda body: f"T\n{body}", count,
+                                         max_tokens(size))
+  else:
+    conversation, mask_turn, scope = {"masked turn": _masked_turn, "turns": _many_turns}[case](size)
+    preprocessors.dialog_context(conversation, mask_turn, scope, count, max_tokens(size))
+  return count.characters
+
+
+@pytest.mark.parametrize("case", ["masked turn", "turns", "situation"])
+@pytest.mark.parametrize("budget", ["256", "half the input"])
+def test_trimming_tokenizes_about_linearly_more_for_a_longer_input(case, budget):
+  """Characters tokenized at 10 kB then 100 kB of input, byte tokens (issue 35), measured:
+
+                   budget 256 tokens             budget half the input
+                   before          after         before          after
+  masked turn      12.9 M, 1284 M  2.5 k, 2.5 k  9.7 M, 963 M    69 k, 863 k
+  turns            7.0 M, 695 M    1.5 k, 1.5 k  5.6 M, 555 M    77 k, 858 k
+  situation        7.0 M, 704 M    1.5 k, 1.8 k  5.2 M, 522 M    80 k, 898 k
+
+  Before, x100 (every drop tokenized the whole rest); after, x1 at a fixed budget (the search
+  starts from the shortest candidate) and x11-12.5 when the kept text grows with the input
+  (n log n: a bisection's probes, each about as long as the result).
+  """
+  max_tokens = (lambda size: 256) if budget == "256" else (lambda size: size // 2)
+  small, large = (_characters_tokenized(case, size, max_tokens) for size in (10_000, 100_000))
+  assert large <= 15 * small
