@@ -268,6 +268,20 @@ def agreed_config(path, saved: T5Config | None, configured: T5Config | None) -> 
   return configured
 
 
+def check_run_model(model_dir, model_config: T5Config) -> None:
+  """Refuses to resume `model_dir` with another architecture than the one its t5_config.json
+  records, naming each differing field with both values, before anything in it changes (a restore
+  would fail deep in orbax, after the run's records were rewritten to claim the new model)."""
+  recorded = read_model_config(model_dir)
+  if recorded is None:
+    return
+  differing = [f"{name}: the run's {getattr(recorded, name)!r}, MODEL_CONFIG {getattr(model_config, name)!r}"
+               for name in ARCHITECTURE_FIELDS if getattr(recorded, name) != getattr(model_config, name)]
+  if differing:
+    raise ValueError(f"MODEL_DIR {model_dir} holds a run of another model ({'; '.join(differing)}); "
+                     "include the run's model gin file, or name a new MODEL_DIR")
+
+
 def _check_shapes(path, shapes, config: T5Config) -> None:
   """Every transformer parameter of `config` is in the checkpoint, with its shape (a reward head may be too)."""
   abstract = jax.eval_shape(lambda: init_params(config, jax.random.PRNGKey(0)))

@@ -124,12 +124,19 @@ def _print_mixture(name, split):
 
 
 def check_settings(*, train_steps: int, batch_size: int, accumulation_steps: int, data_axis: int,
-              model_config: T5Config, vocabulary_size: int | None) -> None:
-  """Stops a run that could not train as asked, before anything compiles or MODEL_DIR exists."""
+                   model_config: T5Config, vocabulary_size: int | None, checkpoint_every: int = 1000,
+                   keep_checkpoints: int = 3, log_every: int = 50) -> None:
+  """Stops a run that could not train as asked, before anything compiles or MODEL_DIR changes."""
   for name, value in (("TRAIN_STEPS", train_steps), ("BATCH_SIZE", batch_size),
-                      ("ACCUMULATION_STEPS", accumulation_steps)):
+                      ("ACCUMULATION_STEPS", accumulation_steps),
+                      ("train.checkpoint_every", checkpoint_every), ("train.keep_checkpoints", keep_checkpoints),
+                      ("train.log_every", log_every)):
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
       raise ValueError(f"{name} must be a whole number, got {value!r}")
+  for name, value in (("train.checkpoint_every", checkpoint_every), ("train.keep_checkpoints", keep_checkpoints),
+                      ("train.log_every", log_every)):
+    if value <= 0:
+      raise ValueError(f"{name} must be positive, got {value}")
   if not isinstance(model_config, T5Config):
     raise ValueError(f"MODEL_CONFIG must be a T5Config (a gin/models file binds @config.T5Config()), "
                      f"got {str(model_config)[:60]!r}")
@@ -234,7 +241,9 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   mesh = partitioning.create_mesh(*mesh_shape)
   check_settings(train_steps=train_steps, batch_size=batch_size, accumulation_steps=accumulation_steps,
                  data_axis=partitioning.batch_blocks(mesh, partitioning.as_rules(logical_axis_rules)),
-                 model_config=model_config, vocabulary_size=vocabulary_size)
+                 model_config=model_config, vocabulary_size=vocabulary_size, checkpoint_every=checkpoint_every,
+                 keep_checkpoints=keep_checkpoints, log_every=log_every)
+  checkpoints.check_run_model(model_dir, model_config)
   optimizer = optimizer or trainer.make_optimizer()
   _print_preflight(model_config, mesh, batch_size=batch_size, feature_lengths=task_feature_lengths,
                    optimizer=optimizer, accumulation_steps=accumulation_steps, objective=objective,
@@ -252,14 +261,15 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
       batch_size=batch_size, mesh=mesh, rules=rules, use_cached=use_cached_tasks, model_dir=model_dir)
 
   manager = checkpoints.checkpoint_manager(model_dir, keep_checkpoints)
+  step, params, opt_state, shardings = _initialise_or_restore(
+      manager, model_config, goal, optimizer, initial_checkpoint_path, seed, mesh, rules)
+  # Written once the run is known to start: a refused resume leaves the run's records as they were.
   if jax.process_index() == 0:  # evaluation and inference read the architecture from here
     checkpoints.write_model_config(model_dir, model_config)
     if run_config is not None:
       outputs.write_run_config(model_dir, run_config)
     if batch_source is None:
       _record_data_files(model_dir, mixture_or_task_name, split)
-  step, params, opt_state, shardings = _initialise_or_restore(
-      manager, model_config, goal, optimizer, initial_checkpoint_path, seed, mesh, rules)
   if step:
     print(f"resuming from the checkpoint of step {step} in {model_dir}", flush=True)
   if evaluation is not None:

@@ -200,3 +200,32 @@ def test_scripts_train_refuses_zero_steps_in_one_line_and_names_a_misspelled_mac
   assert "WARNING: --gin.TRAIN_STEP: no configuration reads this macro (misspelled?)" in result.stderr
   assert "error: TRAIN_STEPS must be positive, got 0: the run would save nothing" in result.stderr
   assert "Traceback" not in result.stderr and not (tmp_path / "run").exists()
+
+
+def _short_run(model_dir, model_config=TINY, run_config="# the first run's gin\n", **settings):
+  import optax  # pylint: disable=g-import-not-at-top
+  from runner import train  # pylint: disable=g-import-not-at-top
+  return train.train(model_config=model_config, train_steps=2, batch_size=4, model_dir=str(model_dir),
+                     optimizer=optax.adafactor(1e-2), batch_source=numbered_batches, run_config=run_config,
+                     **settings)
+
+
+def test_a_refused_resume_leaves_the_run_as_it_was(tmp_path):
+  """Another model's gin, or a checkpoint_every that cannot work, is refused in one line naming
+  each differing field with both values, before the run's t5_config.json or config.gin change;
+  the run then still resumes with its own model (issue 35)."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  model_dir = tmp_path / "run"
+  _short_run(model_dir)
+  recorded = {name: (model_dir / name).read_bytes() for name in ("t5_config.json", "config.gin")}
+  wider = dataclasses.replace(TINY, emb_dim=128, num_heads=8)
+  with pytest.raises(ValueError, match=rf"^MODEL_DIR {re.escape(str(model_dir))} holds a run of another model "
+                                       r"\(emb_dim: the run's 64, MODEL_CONFIG 128; num_heads: the run's 4, "
+                                       r"MODEL_CONFIG 8\); include the run's model gin file, or name a new MODEL_DIR$"):
+    _short_run(model_dir, wider, run_config="# another model's gin\n")
+  for value, message in (("ten", r"^train.checkpoint_every must be a whole number, got 'ten'$"),
+                         (0, r"^train.checkpoint_every must be positive, got 0$")):
+    with pytest.raises(ValueError, match=message):
+      _short_run(model_dir, run_config="# a bad checkpoint_every\n", checkpoint_every=value)
+  assert {name: (model_dir / name).read_bytes() for name in recorded} == recorded
+  assert _short_run(model_dir, run_config=recorded["config.gin"].decode()).step == 2  # resumed: nothing to do
