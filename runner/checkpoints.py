@@ -23,10 +23,13 @@ import threading
 
 import flax.traverse_util
 import jax
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec
 from jax.sharding import SingleDeviceSharding
 
 from models import checkpoint_import
@@ -136,12 +139,69 @@ def checkpoint_manager(model_dir, keep=3, read_only=False) -> ocp.CheckpointMana
                                options=options, item_names=_ITEMS)
 
 
+def _bits(leaf):
+  """A leaf's values as uint32 words (a 16-bit value in the low half): what a file stores of it."""
+  width = leaf.dtype.itemsize * 8
+  if width == 32:
+    return jax.lax.bitcast_convert_type(leaf, jnp.uint32)
+  return jax.lax.bitcast_convert_type(leaf, jnp.dtype(f"uint{width}")).astype(jnp.uint32)
+
+
+def _leaf_checksum(leaf):
+  """Two uint32 sums of the leaf's words, each weighted by an odd number that depends on its
+  position (arithmetic mod 2^32): any one flipped bit changes both, wherever it is, and the sums
+  do not depend on how the array is sharded, so a step saved on one mesh verifies on another."""
+  index = jnp.zeros(leaf.shape, jnp.uint32)
+  stride = 1
+  for axis in reversed(range(leaf.ndim)):
+    index = index + jax.lax.broadcasted_iota(jnp.uint32, leaf.shape, axis) * jnp.uint32(stride % 2**32)
+    stride *= leaf.shape[axis]
+  bits = _bits(leaf)
+  return jnp.stack([jnp.sum(bits * (2 * index + 1), dtype=jnp.uint32),
+                    jnp.sum(bits * (index * jnp.uint32(2654435761) | 1), dtype=jnp.uint32)])
+
+
+@functools.cache
+def _checksums_on(mesh):
+  """The jitted checksums of a tree on `mesh`, replicated, so that every host reads them whole."""
+  replicated = None if mesh is None else NamedSharding(mesh, PartitionSpec())
+  return jax.jit(lambda tree: jax.tree.map(_leaf_checksum, tree), out_shardings=replicated)
+
+
+def checksums(tree) -> dict[str, str]:
+  """{leaf path: checksum} of a tree of arrays (sharded over any mesh, any number of hosts)."""
+  meshes = {leaf.sharding.mesh for leaf in jax.tree.leaves(tree) if isinstance(leaf.sharding, NamedSharding)}
+  sums = jax.device_get(_checksums_on(meshes.pop() if len(meshes) == 1 else None)(tree))
+  return {jax.tree_util.keystr(path): "%08x%08x" % tuple(int(v) for v in value)
+          for path, value in jax.tree_util.tree_flatten_with_path(sums)[0]}
+
+
 def save(manager, step, params, opt_state, data_position) -> bool:
-  """Starts an asynchronous save of step `step` (finished by `manager.wait_until_finished()`)."""
+  """Starts an asynchronous save of step `step` (finished by `manager.wait_until_finished()`).
+
+  The `data` item also holds a checksum of every array (`checksums`), so that a restore finds
+  values that changed after they were saved (a flipped bit that every file format reads)."""
+  record = dict(data_position, step=int(step),
+                checksums={"params": checksums(params), "opt_state": checksums(opt_state)})
   args = ocp.args.Composite(params=ocp.args.StandardSave(params),
                             opt_state=ocp.args.StandardSave(opt_state),
-                            data=ocp.args.JsonSave(dict(data_position, step=int(step))))
+                            data=ocp.args.JsonSave(record))
   return manager.save(int(step), args=args, force=True)
+
+
+def _verify(step_dir, step, restored) -> None:
+  """Raises CheckpointDamagedError when an array restored from `step_dir` differs from the checksum
+  saved with it; a step saved before checksums were recorded is taken as it reads."""
+  recorded = restored.data.get("checksums")
+  if recorded is None:
+    return
+  for item in ("params", "opt_state"):
+    found = checksums(getattr(restored, item))
+    changed = sorted(name for name in recorded[item] if found.get(name) != recorded[item][name])
+    if changed:
+      raise CheckpointDamagedError(step_dir, step, f"{step_dir / item}: the values of {len(changed)} array(s) "
+                                                   f"differ from the checksums saved with the step ({changed[0]}"
+                                                   f"{', ...' if len(changed) > 1 else ''})")
 
 
 def _step_dir(manager, step) -> epath.Path:
@@ -163,13 +223,16 @@ def restore(manager, abstract_params, abstract_opt_state, step=None):
         params=ocp.args.StandardRestore(abstract_params),
         opt_state=ocp.args.StandardRestore(abstract_opt_state),
         data=ocp.args.JsonRestore()))
-  return step, restored.params, restored.opt_state, dict(restored.data)
+  _verify(step_dir, step, restored)
+  position = {name: value for name, value in restored.data.items() if name != "checksums"}
+  return step, restored.params, restored.opt_state, position
 
 
 def restore_readable(manager, abstract_params, abstract_opt_state):
   """(restore's result for the latest step that reads, [CheckpointDamagedError of each later step]).
 
-  The result is None when there is no step; when no step reads, the latest step's error is raised.
+  The result is None when there is no step; when no step reads, NoReadableStepError names each
+  step and its damage (the latest step's alone would hide that the earlier ones are gone too).
   """
   damaged = []
   for step in sorted(manager.all_steps(), reverse=True):
