@@ -59,8 +59,10 @@ _MULTI_PROCESS_ENV = ("TPU_WORKER_HOSTNAMES", "SLURM_NTASKS", "OMPI_COMM_WORLD_S
 # scripts/launch_local.py sets them): the coordinator's host:port, the process count, this index.
 COORDINATOR_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 # Seconds without a heartbeat after which the coordination service declares a process dead and
-# stops every other one (jax's default); a test or a laptop may want it shorter.
+# stops every other one. Heartbeats come from a thread of their own (a long compile or step does
+# not delay them), so 20 s (jax's default: 100) stops a pod's survivors of a lost host within 30 s.
 HEARTBEAT_TIMEOUT_ENV = "JAX_HEARTBEAT_TIMEOUT_SECONDS"
+DEFAULT_HEARTBEAT_TIMEOUT_S = 20
 
 
 def looks_multi_host(environ=os.environ) -> bool:
@@ -107,9 +109,7 @@ def initialize_distributed(multi_host=None, environ=os.environ):
   if not multi_host or jax.distributed.is_initialized():
     return
   arguments = _explicit_process(environ)
-  heartbeat = environ.get(HEARTBEAT_TIMEOUT_ENV)
-  if heartbeat:
-    arguments["heartbeat_timeout_seconds"] = int(heartbeat)
+  arguments["heartbeat_timeout_seconds"] = int(environ.get(HEARTBEAT_TIMEOUT_ENV) or DEFAULT_HEARTBEAT_TIMEOUT_S)
   # Only the CPU client reads it: harmless on TPU and GPU.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(**arguments)

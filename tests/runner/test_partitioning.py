@@ -135,3 +135,16 @@ def test_a_batch_size_the_row_blocks_do_not_divide_is_refused_before_any_work(ru
   assert lines[:2] == ["evaluate ValueError BATCH_SIZE 6 is not divisible by the mesh's data axis (4)",
                        "generate ValueError BATCH_SIZE 6 is not divisible by the mesh's data axis (4)"], out
   assert len(lines) == 4 and not any("divisible" in line for line in lines[2:]), out
+
+
+def test_a_lost_host_is_declared_after_20_seconds_unless_the_environment_says_otherwise(monkeypatch):
+  """jax's own 100 s would keep a pod's survivors of a vanished host waiting well past 30 s."""
+  joined = []
+  monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
+  monkeypatch.setattr(jax.distributed, "initialize", lambda **arguments: joined.append(arguments))
+  monkeypatch.setattr(jax.config, "update", lambda *args: None)  # gloo: nothing joins here
+  run = {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:1234", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}
+  partitioning.initialize_distributed(environ=run)
+  partitioning.initialize_distributed(environ={**run, "JAX_HEARTBEAT_TIMEOUT_SECONDS": "7"})
+  assert [arguments["heartbeat_timeout_seconds"] for arguments in joined] == [20, 7]
+  assert joined[0]["process_id"] == 1 and joined[0]["num_processes"] == 2
