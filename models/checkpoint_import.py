@@ -170,6 +170,28 @@ def _read_safetensors(directory: str):
   return tensors
 
 
+def _read_hf_config(config_path: str) -> dict:
+  """config.json's dictionary. A file cut short (a download stopped halfway), not UTF-8 or not a
+  JSON object is a CheckpointImportError naming the file and what is wrong: json's and the
+  decoder's own errors name no file."""
+  try:
+    text = storage.read_bytes(config_path).decode("utf-8")
+  except UnicodeDecodeError as error:
+    raise CheckpointImportError(f"{config_path}: not UTF-8 text (byte {error.start})") from None
+  try:
+    hf_config = json.loads(text)
+  except json.JSONDecodeError as error:
+    unterminated = error.msg.startswith("Unterminated string")  # json places it where the string starts
+    reason = "a string starts there and never ends" if unterminated else error.msg
+    cut = "; the file ends before its JSON does (cut short?)" if unterminated or error.pos >= len(text.rstrip()) else ""
+    raise CheckpointImportError(f"{config_path}: invalid JSON at line {error.lineno} column {error.colno} "
+                                f"({reason}){cut}") from None
+  if not isinstance(hf_config, dict):
+    kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(hf_config), "a number")
+    raise CheckpointImportError(f"{config_path}: holds {kind}, not a JSON object of fields")
+  return hf_config
+
+
 def load_hf_t5(path) -> tuple[T5Config, dict]:
   """(T5Config, params) from a Hugging Face T5 directory (local or gs://) with config.json and
   *.safetensors."""
@@ -178,7 +200,7 @@ def load_hf_t5(path) -> tuple[T5Config, dict]:
   if not storage.is_file(config_path):
     raise CheckpointImportError(f"{directory}: no config.json")
   tensors = _read_safetensors(directory)
-  config = config_from_hf(json.loads(storage.read_text(config_path)), config_path)
+  config = config_from_hf(_read_hf_config(config_path), config_path)
   if config.logits_via_embedding:
     aliases = _TIED_ALIASES + ("lm_head.weight",)
   else:

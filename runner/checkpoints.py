@@ -59,6 +59,20 @@ class CheckpointDamagedError(ValueError):
     super().__init__(f"checkpoint {checkpoint if step is None else f'step {step}'} is damaged: {damage}")
 
 
+class NoReadableStepError(CheckpointDamagedError):
+  """No step of a run's checkpoints reads: `errors` holds each step's CheckpointDamagedError,
+  latest first, and the message names every step with what is wrong with it (the paths relative
+  to `directory`, to keep it one line); `step` and `damage` are the latest step's, as callers of
+  one damaged step read them."""
+
+  def __init__(self, directory, errors):
+    self.errors = list(errors)
+    self.step, self.damage = self.errors[0].step, self.errors[0].damage
+    inside = f"{str(directory).rstrip('/')}/"
+    ValueError.__init__(self, f"no checkpoint step of {directory} reads: " + "; ".join(
+        f"step {error.step}: {error.damage.replace(inside, '')}" for error in self.errors))
+
+
 # What a TensorStore read failure says about the file it read (its spec dump, after " [", cut off):
 # a file it could not decode, else the array it could not read from an OCDBT database directory.
 _LOCAL_FILE = re.compile(r'(?:reading|decoding|opening) local file "(?P<file>[^"]*[^"/])": (?P<why>.*)')
@@ -241,7 +255,7 @@ def restore_readable(manager, abstract_params, abstract_opt_state):
     except CheckpointDamagedError as error:
       damaged.append(error)
   if damaged:
-    raise damaged[0]
+    raise NoReadableStepError(manager.directory, damaged)
   return None, damaged
 
 

@@ -15,11 +15,14 @@ paragraph, usually a line, says which); 130 after Ctrl-C (SIGINT) and 143 after 
 preemption, `kill`), both having saved a checkpoint at the step reached, so that the same command
 resumes.
 """
+import io
 import os
 import pathlib
 import re
 import signal
 import sys
+import tokenize
+import traceback
 from typing import Callable, Sequence
 
 import gin
@@ -90,17 +93,63 @@ def parse_gin(gin_files, gin_bindings, search_paths) -> None:
     except SyntaxError as error:
       raise ValueError(f"--gin_file={gin_file}: gin cannot parse line {error.lineno} of "
                        f"{error.filename or gin_file}: {error.msg}") from None
+    except tokenize.TokenError as error:  # an unclosed bracket or ''' string, met at the end of the file
+      name = _tokenized_file(error) or _found(gin_file, search_paths)
+      line, what = _left_open(error, _text_of(name))
+      raise ValueError(f"--gin_file={gin_file}: gin cannot parse line {line} of {name}: {what}") from None
     except (ValueError, ImportError, OSError) as error:  # OSError: gin's "Unable to open file"
       raise ValueError(f"--gin_file={gin_file}: {_gin_reason(error)}") from None
   for binding in gin_bindings:
     try:
       gin.parse_config(binding)
-    except SyntaxError as error:
-      raise ValueError(f"{_as_flag(binding)}: gin cannot parse this binding ({error.msg.rstrip('.')}); "
+    except (SyntaxError, tokenize.TokenError) as error:  # TokenError: an unclosed bracket
+      reason = error.msg if isinstance(error, SyntaxError) else _left_open(error, binding)[1]
+      raise ValueError(f"{_as_flag(binding)}: gin cannot parse this binding ({reason.rstrip('.')}); "
                        "a value is a Python literal, a string in quotes (--gin.MODEL_DIR=\"'/tmp/run'\"), "
                        "a %MACRO or an @configurable") from None
     except (ValueError, ImportError) as error:
       raise ValueError(f"{_as_flag(binding)}: {_gin_reason(error)}") from None
+
+
+def _tokenized_file(error: tokenize.TokenError) -> str | None:
+  """The gin file whose text raised `error`: gin parses an `include`d file with a parser of its
+  own, and the tokenizer's error names no file, so the innermost parser in the traceback says."""
+  from gin import config_parser  # pylint: disable=g-import-not-at-top  # gin's parser, for its file name
+  parsers = [frame.f_locals["self"] for frame, _ in traceback.walk_tb(error.__traceback__)
+             if isinstance(frame.f_locals.get("self"), config_parser.ConfigParser)]
+  return getattr(parsers[-1], "_filename", None) if parsers else None
+
+
+def _text_of(gin_file: str) -> str | None:
+  """The file's text, read again to find the bracket it leaves open; None if it cannot be read."""
+  try:
+    return pathlib.Path(gin_file).read_text(encoding="utf-8")
+  except (OSError, ValueError):
+    return None
+
+
+def _left_open(error: tokenize.TokenError, text: str | None) -> tuple[int, str]:
+  """(line, what) of what `text` leaves open at its end, for the TokenError gin let through: the
+  innermost bracket never closed (the line it opens on: the tokenizer's own line is the end of the
+  text), else the triple-quoted string where the tokenizer says it starts."""
+  seen = error
+  while len(seen.args) != 2 and seen.__context__ is not None:
+    seen = seen.__context__  # gin's proxy for an error in an `include`d file has no args; it wraps this
+  message, (line, _) = seen.args if len(seen.args) == 2 else ("", (1, 0))
+  opened = []
+  try:
+    for token in tokenize.generate_tokens(io.StringIO(text or "").readline):
+      if token.type == tokenize.OP and token.string in "([{":
+        opened.append(token)
+      elif token.type == tokenize.OP and token.string in ")]}" and opened:
+        opened.pop()
+  except tokenize.TokenError:
+    pass
+  if opened:
+    return opened[-1].start[0], f"'{opened[-1].string}' was never closed"
+  if "string" in message:
+    return line, "a triple-quoted string was never closed"
+  return line, f"the text ends inside a bracket ({message})"
 
 
 def _gin_reason(error: Exception) -> str:
@@ -300,8 +349,9 @@ def one_line_errors(main: Callable[[Sequence[str]], None]) -> Callable[[Sequence
       sys.exit(EXIT_SIGINT)
     # ValueError: a setting the run cannot use (the scripts' and runner's checks, gin's parse errors
     # as parse_gin words them, a configurable refusing a bound value); OSError: a path or the
-    # machine (a missing file, permissions, a name too long); NonFiniteLossError: a run whose
-    # loss diverged (a LEARNING_RATE of 1e30), with its last good checkpoint. Anything else (a
+    # machine (a missing file, permissions, a name too long, a full disk: storage names the file
+    # it was writing); NonFiniteLossError: a run whose loss diverged (a LEARNING_RATE of 1e30),
+    # with its last good checkpoint. Anything else (a
     # TypeError, a KeyError) is a bug to fix where it arises and keeps its traceback: the command
     # line's wrong kinds of values are refused before any configurable runs (check_macro_kinds).
     except (ValueError, OSError, train_lib.NonFiniteLossError) as error:

@@ -18,10 +18,12 @@ with `STORAGE_EMULATOR_HOST` set (a local fake-gcs-server), gcsfs and TensorStor
 a whole run testable offline. TensorFlow's own GCS filesystem cannot be redirected; what still
 uses it (TensorBoard summaries) is turned off under the emulator (`tensorflow_reaches`).
 
-A failure to reach storage (no credentials, no such bucket, permission denied, the network) is a
-`StorageError`: an OSError whose message is one line naming the path and the cause.
+A failure to reach storage (no credentials, no such bucket, permission denied, the network) or a
+full local disk while `write_bytes` writes is a `StorageError`: an OSError whose message is one
+line naming the path and the cause.
 """
 import contextlib
+import errno
 import glob as glob_module
 import os
 import tempfile
@@ -29,6 +31,8 @@ from typing import Iterator
 
 EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"
 FILE_MODE = 0o644  # outputs are read by others (a report server, a colleague); mkstemp makes 0600
+# A local disk that takes no more bytes: the machine's state, not a bug, so one line naming the path.
+_DISK_FULL = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
 
 
 def route_gs_traffic() -> None:
@@ -205,11 +209,23 @@ def makedirs(directory) -> None:
 
 def write_bytes(path, data: bytes) -> None:
   """Writes `data` to `path` whole: a local file through a temporary file renamed over it (never
-  half-written), a bucket object in one upload (it appears only when complete)."""
+  half-written), a bucket object in one upload (it appears only when complete). A full local disk
+  is a StorageError naming the path, and leaves no temporary file behind."""
   if is_bucket(path):
     with naming_failures(path):
       Path(path).write_bytes(data)
     return
+  try:
+    _replace_local_file(path, data)
+  except OSError as error:
+    if error.errno not in _DISK_FULL:
+      raise
+    raise StorageError(f"{path}: {_DISK_FULL[error.errno]}") from error
+
+
+def _replace_local_file(path, data: bytes) -> None:
+  """A temporary file beside `path`, written and synced, then renamed over it; on any failure (a
+  full disk mid-write) the temporary file is removed and `path` is left as it was."""
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))

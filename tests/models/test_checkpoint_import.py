@@ -1,5 +1,6 @@
 """Checkpoint import fails loudly, naming the tensor, on anything it cannot map exactly."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -68,4 +69,23 @@ def test_config_field_errors_name_the_field(hf_dir, tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(config))
   (tmp_path / "model.safetensors").write_bytes((hf_dir / "model.safetensors").read_bytes())
   with pytest.raises(CheckpointImportError, match="config.json: missing field 'd_kv'"):
+    load_hf_t5(tmp_path)
+
+
+def test_a_config_json_cut_short_is_one_line_naming_the_file(hf_dir, tmp_path):
+  """A download stopped halfway: json's own error names no file."""
+  text = (hf_dir / "config.json").read_text()
+  (tmp_path / "model.safetensors").write_bytes((hf_dir / "model.safetensors").read_bytes())
+  for cut in (len(text) // 2, text.index(",") + 1):  # inside a string; after a field's comma
+    (tmp_path / "config.json").write_text(text[:cut])
+    with pytest.raises(CheckpointImportError) as error:
+      load_hf_t5(tmp_path)
+    assert re.fullmatch(re.escape(f"{tmp_path / 'config.json'}: invalid JSON at line ") + r"\d+ column \d+ \(.+\); "
+                        + re.escape("the file ends before its JSON does (cut short?)"), str(error.value)), error.value
+  (tmp_path / "config.json").write_text("[1, 2]")
+  with pytest.raises(CheckpointImportError, match=re.escape(f"{tmp_path / 'config.json'}: holds an array, "
+                                                            "not a JSON object of fields")):
+    load_hf_t5(tmp_path)
+  (tmp_path / "config.json").write_bytes(b'{"d_model": "\xff"}')
+  with pytest.raises(CheckpointImportError, match=re.escape(f"{tmp_path / 'config.json'}: not UTF-8 text (byte 13)")):
     load_hf_t5(tmp_path)

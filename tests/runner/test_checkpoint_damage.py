@@ -124,8 +124,34 @@ def test_training_stops_when_no_step_reads(damaged_run):
   shutil.rmtree(run / "checkpoints" / "1")
   with pytest.raises(checkpoints.CheckpointDamagedError) as error:  # rather than start afresh
     _initialise_or_restore(run)
-  _assert_one_line_naming(str(error.value), 2, damaged)
+  inside = f"{run / 'checkpoints'}/"
+  assert str(error.value).startswith(f"no checkpoint step of {run / 'checkpoints'} reads: "
+                                     f"step 2: {str(damaged).replace(inside, '')}"), error.value
+  assert "\n" not in str(error.value) and "tensorstore" not in str(error.value).lower(), error.value
+  assert (error.value.step, error.value.damage) == (2, error.value.errors[0].damage)
   assert (run / "checkpoints" / "2").is_dir()
+
+
+def test_when_every_step_is_damaged_the_error_names_each_step_and_its_damage(saved_run, tmp_path):
+  """Every step damaged (a disk that filled up, a copy cut short): the one line says what is wrong
+  with each, latest first, not the latest step's damage alone; still a CheckpointDamagedError."""
+  run = tmp_path / "run"
+  shutil.copytree(saved_run[0], run)
+  manager = checkpoints.checkpoint_manager(str(run))
+  checkpoints.save(manager, 3, jax.device_put(saved_run[1][2]), OPTIMIZER.init(saved_run[1][2]), {"batches": 3})
+  manager.wait_until_finished()
+  kinds = {3: "truncated chunk", 2: "missing _METADATA", 1: "missing manifest.ocdbt"}
+  damaged = {step: DAMAGE[kind](run / "checkpoints" / str(step) / "params") for step, kind in kinds.items()}
+  with pytest.raises(checkpoints.CheckpointDamagedError) as error:
+    _initialise_or_restore(run)
+  message = str(error.value)
+  assert message.startswith(f"no checkpoint step of {run / 'checkpoints'} reads: step 3: 3/params: cannot read "), \
+      message
+  assert message.endswith("; step 2: 2/params/_METADATA: missing; step 1: 1/params/manifest.ocdbt: missing"), message
+  assert "\n" not in message and "tensorstore" not in message.lower() and len(message) < 500, message
+  assert [e.step for e in error.value.errors] == [3, 2, 1] and error.value.step == 3
+  assert [e.damage.split(":")[0] for e in error.value.errors] == [str(damaged[3]), str(damaged[2]), str(damaged[1])]
+  assert all((run / "checkpoints" / str(step)).is_dir() for step in kinds)  # nothing set aside
 
 
 def test_a_params_only_checkpoint_is_named_by_its_directory(saved_run, tmp_path):

@@ -13,6 +13,8 @@ read only later (lengths, seed, z-loss) are checked with the command line (scrip
 MACRO_KINDS). A few cases run as real `python -m scripts.train` and
 `python -m scripts.evaluate` processes, to show the command line behaves as the wrapper does.
 """
+import errno
+import os
 import pathlib
 import random
 import re
@@ -206,6 +208,31 @@ def test_a_gin_file_that_does_not_parse_or_exist_is_named(tmp_path):
       stderr[-3000:]
 
 
+def test_an_unclosed_bracket_is_named_with_the_line_it_opens_on(tmp_path):
+  """Python's tokenizer, not gin's parser, refuses a bracket the text never closes (a TokenError,
+  raised at the end of the text): one line naming the binding, or the file and the bracket's line,
+  an `include`d file by its own name."""
+  binding = "--gin.TASK_FEATURE_LENGTHS={'inputs': 64"
+  code, stderr, stdout = run_command(train_script.main, TRAIN_FILES, (binding,))
+  assert_one_paragraph_refusal(code, stderr, stdout, (binding,))
+  assert _error_paragraph(stderr) == (f"error: {binding}: gin cannot parse this binding ('{{' was never closed); "
+                                      "a value is a Python literal, a string in quotes "
+                                      "(--gin.MODEL_DIR=\"'/tmp/run'\"), a %MACRO or an @configurable")
+  unclosed = tmp_path / "unclosed.gin"
+  unclosed.write_text("TRAIN_STEPS = 2\nTASK_FEATURE_LENGTHS = {'inputs': 64,\n    'targets': [8,\n 16]\n")
+  including = tmp_path / "including.gin"
+  including.write_text(f"include '{unclosed}'\nBATCH_SIZE = 2\n")
+  for gin_file in (unclosed, including):
+    code, stderr, _ = run_command(train_script.main, (*TRAIN_FILES, str(gin_file)), ())
+    assert code == 1 and "Traceback" not in stderr, stderr[-3000:]
+    assert _error_paragraph(stderr) == (f"error: --gin_file={gin_file}: gin cannot parse line 2 of {unclosed}: "
+                                        "'{' was never closed"), stderr[-3000:]
+  unclosed.write_text("TRAIN_STEPS = 2\nMODEL_DIR = \'\'\'/tmp/run\n")
+  code, stderr, _ = run_command(train_script.main, (*TRAIN_FILES, str(unclosed)), ())
+  assert _error_paragraph(stderr) == (f"error: --gin_file={unclosed}: gin cannot parse line 2 of {unclosed}: "
+                                      "a triple-quoted string was never closed"), stderr[-3000:]
+
+
 def test_a_bug_raised_inside_a_configurable_keeps_its_traceback(monkeypatch, tmp_path):
   """Only the command line's mistakes become one line: a TypeError from the code itself is not
   caught (the scripts' wrapper lets it through, for its traceback)."""
@@ -234,6 +261,24 @@ def test_a_diverged_run_ends_in_one_line(monkeypatch, tmp_path):
   code, stderr, _ = run_command(train_script.main, TRAIN_FILES,
                                 [*SMALL, f"--gin.MODEL_DIR='{tmp_path / 'run'}'", "--gin.LEARNING_RATE=1e30"])
   assert code == 1 and _error_paragraph(stderr).startswith("error: loss nan") and "Traceback" not in stderr
+
+
+def test_a_full_disk_ends_the_run_in_one_line_naming_the_file(monkeypatch, tmp_path):
+  """The disk fills up as the run writes its first record (t5_config.json, once its parameters are
+  ready: the stub returns none): storage's one line naming the file, no temporary file left."""
+  from runner import train as train_lib  # pylint: disable=g-import-not-at-top
+
+  def full(fd):
+    del fd
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+  monkeypatch.setattr(train_lib, "_initialise_or_restore", lambda *args, **kwargs: (0, None, None, (None, None)))
+  monkeypatch.setattr(os, "fsync", full)  # a disk that reports it is full when the data is synced
+  monkeypatch.chdir(tmp_path)
+  run = tmp_path / "run"
+  code, stderr, stdout = run_command(train_script.main, TRAIN_FILES, [*SMALL, f"--gin.MODEL_DIR='{run}'"])
+  assert "Traceback" not in stderr + stdout and code == 1, stderr[-3000:]
+  assert _error_paragraph(stderr) == f"error: {run / 't5_config.json'}: no space left on device", stderr[-3000:]
+  assert not [path for path in run.rglob("*") if path.name.startswith(".tmp-")], list(run.rglob("*"))
 
 
 def test_a_required_macro_left_unset_is_named():

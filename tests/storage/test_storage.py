@@ -1,6 +1,8 @@
 """The path layer (storage/): the same calls on a local folder and on a bucket (a local emulator),
 whole-object writes, and one-line errors that name the path and the cause."""
+import errno
 import os
+import re
 
 import aiohttp
 import pytest
@@ -42,6 +44,39 @@ def test_a_local_write_leaves_no_temporary_file(tmp_path):
   storage.write_text(tmp_path / "metrics.json", "{}")
   assert os.listdir(tmp_path) == ["metrics.json"]
   assert oct(os.stat(tmp_path / "metrics.json").st_mode & 0o777) == oct(storage.FILE_MODE)
+
+
+class _FullDisk:
+  """A file opened for writing on a disk that fills up: half of what is written lands, then the
+  write fails with ENOSPC, as the operating system reports it."""
+
+  def __init__(self, f):
+    self._f = f
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc_info):
+    self._f.close()
+
+  def write(self, data):
+    self._f.write(data[:len(data) // 2])
+    self._f.flush()
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_is_one_line_naming_the_path_and_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+  target = tmp_path / "metrics.json"
+  storage.write_text(target, "{}")
+  real_fdopen = os.fdopen
+  monkeypatch.setattr(os, "fdopen", lambda fd, mode: _FullDisk(real_fdopen(fd, mode)))
+  with pytest.raises(storage.StorageError, match=f"^{re.escape(str(target))}: no space left on device$") as raised:
+    storage.write_text(target, '{"loss": 1.5}')
+  assert isinstance(raised.value, OSError) and raised.value.__cause__.errno == errno.ENOSPC
+  assert os.listdir(tmp_path) == ["metrics.json"] and target.read_text() == "{}"  # no temporary file, no half
+  with pytest.raises(storage.StorageError, match=f"^{re.escape(str(tmp_path / 'new.json'))}: no space left"):
+    storage.write_text(tmp_path / "new.json", "{}")
+  assert os.listdir(tmp_path) == ["metrics.json"]
 
 
 def test_a_missing_bucket_or_object_is_one_line_naming_the_path(bucket):
