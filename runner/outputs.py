@@ -258,6 +258,27 @@ class PredictionParts(PredictionsAppender):
       storage.remove_tree(self._parts)
 
 
+class CollectedRecords:
+  """What `evaluate.score_task` writes to, kept in memory (evaluation during training, the
+  benchmark): the records in the order batches were scored, `in_order` in the task's."""
+
+  def __init__(self):
+    self.done: set[tuple[str, str]] = set()
+    self.records: list[dict] = []
+
+  def write(self, record: Mapping[str, Any]) -> None:
+    self.done.add((record["task"], record["id"]))
+    self.records.append(dict(record))
+
+  def flush(self) -> None:
+    """Kept in memory."""
+
+  def in_order(self, ids: list[str]) -> list[dict]:
+    """The records in the order of `ids` (score_task's `stats.ids`: the task's)."""
+    rank = {item_id: i for i, item_id in enumerate(ids)}
+    return sorted(self.records, key=lambda record: rank[record["id"]])
+
+
 def written_ids(out_dir: str) -> set[tuple[str, str]]:
   """(task, id) of every item `out_dir`'s predictions hold so far, read without writing."""
   if storage.is_bucket(out_dir):

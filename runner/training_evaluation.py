@@ -21,22 +21,6 @@ EVAL_METRICS_FILE = storage.name(run_dir.RunDir("").eval_metrics)
 BEST_MODES = ("max", "min")
 
 
-class _CollectedRecords:
-  """What `evaluate.score_task` writes to, kept in memory: evaluation during training has no
-  predictions file, only the metrics of its records."""
-
-  def __init__(self):
-    self.done: set[tuple[str, str]] = set()
-    self.records: list[dict] = []
-
-  def write(self, record: dict) -> None:
-    self.done.add((record["task"], record["id"]))
-    self.records.append(record)
-
-  def flush(self) -> None:
-    """Kept in memory."""
-
-
 def _flat_metrics(metrics: dict) -> dict[str, float]:
   """`{task or group: {metric: {"value", ...}}}` -> `{"task/metric": value}`, BEST_METRIC's names."""
   return {f"{name}/{metric}": entry["value"] for name, by_metric in metrics.items()
@@ -162,13 +146,12 @@ class _Evaluation:
     """`{"task/metric": value}` of every evaluated task and group, scored with `params`."""
     metrics = {}
     for task in self.tasks:
-      collected = _CollectedRecords()
+      collected = outputs.CollectedRecords()  # evaluation during training keeps no predictions file
       stats = evaluate.score_task(task.name, self.split, self.feature_lengths, self.batch_size, self.score_fn,
                                   params, collected, total=task.num_input_examples(self.split), mesh=self.mesh,
                                   rules=self.rules, use_cached=self.use_cached)
       if collected.records:  # in the task's order, as offline evaluation's file is (batches finish out of it)
-        rank = {item_id: i for i, item_id in enumerate(stats.ids)}
-        metrics[task.name] = evaluate.task_metrics(task, sorted(collected.records, key=lambda r: rank[r["id"]]))
+        metrics[task.name] = evaluate.task_metrics(task, collected.in_order(stats.ids))
     return _flat_metrics({**metrics, **evaluate.group_metrics(metrics, self.groups)})
 
   def _improves(self, value: float) -> bool:

@@ -38,7 +38,7 @@ import jax
 import numpy as np
 from absl import flags
 
-from runner import data, evaluate, partitioning
+from runner import data, evaluate, outputs, partitioning
 from scripts import bench_flops, console
 
 SHARED_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.pardir, "shared", "data")
@@ -67,17 +67,6 @@ _ITEMS = flags.DEFINE_integer("evaluation_items", None, "evaluation suite: the f
                               lower_bound=0)
 
 
-class _Collected:
-  """The appender score_task writes to, in memory."""
-
-  def __init__(self):
-    self.done, self.records = set(), []
-
-  def write(self, record):
-    self.done.add((record["task"], record["id"]))
-    self.records.append(record)
-
-
 def _peak_rss_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
 
@@ -86,13 +75,13 @@ def _evaluation(task, lengths, batch_size, score_fn, params, mesh, bucket, rss_g
   """A runner: score_task over the whole task; returns (TaskStats, records). Its console lines
   are kept from the benchmark's output."""
   def run():
-    collected, before = _Collected(), _peak_rss_mb()
+    collected, before = outputs.CollectedRecords(), _peak_rss_mb()
     with contextlib.redirect_stdout(io.StringIO()):
       stats = evaluate.score_task(task, SPLIT, lengths, batch_size, score_fn, params, collected, mesh=mesh,
                                   progress_every_s=float("inf"), bucket_by_length=bucket)
     if rss_growth is not None:
       rss_growth.append(_peak_rss_mb() - before)
-    return stats, collected.records
+    return stats, collected.in_order(stats.ids)
   return run
 
 
