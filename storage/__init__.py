@@ -111,9 +111,9 @@ _UNREACHABLE = (
 def _cause(error: BaseException) -> str | None:
   """The reason, in a few words, when `error` says storage could not be reached or used; None for
   anything else (a bug keeps its traceback)."""
-  kind = type(error).__name__
+  kinds = {cls.__name__ for cls in type(error).__mro__}  # a subclass (a DNS failure) words as its base
   for name_, reason in _UNREACHABLE:
-    if kind == name_:
+    if name_ in kinds:
       return reason
   code = getattr(error, "code", None)
   text = " ".join(str(error).split())[:160]
@@ -123,10 +123,9 @@ def _cause(error: BaseException) -> str | None:
     return f"permission denied ({text})"
   if code == 404:
     return "no such file or bucket"
-  if kind in ("ClientConnectorError", "ServerDisconnectedError", "ClientOSError", "TimeoutError",
-              "ConnectionError", "ConnectionRefusedError", "ClientConnectionError"):
+  if kinds & {"ClientConnectionError", "ServerDisconnectedError", "TimeoutError", "ConnectionError", "gaierror"}:
     return f"the storage service cannot be reached ({text})"
-  if kind == "HttpError":
+  if "HttpError" in kinds:
     return f"the storage service refused the request ({text})"
   return None
 

@@ -99,8 +99,12 @@ def test_network_credential_and_permission_failures_are_one_line():
   connection = aiohttp.ClientConnectorError(
       aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 1, False, True, None, None, None),
       OSError(111, "Connect call failed"))
+  dns = aiohttp.ClientConnectorDNSError(
+      aiohttp.client_reqrep.ConnectionKey("storage.googleapis.com", 443, True, True, None, None, None),
+      OSError(-2, "Name or service not known"))
   cases = [
       (connection, "the storage service cannot be reached"),
+      (dns, "the storage service cannot be reached"),
       (google.auth.exceptions.DefaultCredentialsError("none found"), "no Google Cloud credentials"),
       (HttpError({"code": 403, "message": "caller does not have storage.objects.get"}), "permission denied"),
   ]
