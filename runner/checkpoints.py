@@ -41,11 +41,11 @@ from runner import partitioning
 from runner import run_dir
 import storage
 
-CHECKPOINTS_SUBDIR = storage.name(run_dir.RunDir("").checkpoints)
+CHECKPOINTS_SUBDIR = run_dir.CHECKPOINTS
 _ITEMS = ("params", "opt_state", "data")
 # The metadata file each item's orbax handler writes (StandardSave: _METADATA, JsonSave: metadata).
 _METADATA_FILES = {"params": "_METADATA", "opt_state": "_METADATA", "data": "metadata"}
-CONFIG_FILE = storage.name(run_dir.RunDir("").model_config)  # the T5Config beside a converted or trained checkpoint
+CONFIG_FILE = run_dir.MODEL_CONFIG  # the T5Config beside a converted or trained checkpoint
 RUN_FIELDS = ("dtype", "dropout_rate")  # T5Config fields a run chooses; every other one is the checkpoint's
 ARCHITECTURE_FIELDS = tuple(f.name for f in dataclasses.fields(T5Config) if f.name not in RUN_FIELDS)
 
@@ -502,7 +502,7 @@ def read_model_config(directory: str) -> T5Config | None:
   return T5Config(**fields)
 
 
-BEST_SUBDIR = storage.name(run_dir.RunDir("").best)  # MODEL_DIR/best/<step>/params: the best evaluation's checkpoint
+BEST_SUBDIR = run_dir.BEST  # MODEL_DIR/best/<step>/params: the best evaluation's checkpoint
 
 
 def best_checkpoint_manager(model_dir, mode: str) -> ocp.CheckpointManager:

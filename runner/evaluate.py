@@ -60,7 +60,7 @@ from runner import run_dir
 from runner.progress import Progress
 import storage
 
-SETTINGS_FILE = storage.name(run_dir.EvalDir("").settings)  # what an output directory holds, checked on resuming
+SETTINGS_FILE = run_dir.SETTINGS  # what an output directory holds, checked on resuming
 # Provenance fields that do not change scores: a moved checkpoint or a new commit may resume.
 NOT_SCORE_FIELDS = ("checkpoint_path", "version")
 # Elements hashed per parameter: all of a smaller one, an evenly strided sample of a larger one
@@ -536,7 +536,7 @@ def _check_settings(output_dir: str, settings: dict) -> None:
 
 
 def _record_settings(output_dir: str, settings: dict) -> None:
-  outputs.atomic_write_text(run_dir.EvalDir(output_dir).settings,
+  storage.write_text(run_dir.EvalDir(output_dir).settings,
                             json.dumps(settings, indent=2, sort_keys=True) + "\n")
 
 

@@ -25,7 +25,6 @@ from models.config import T5Config
 from runner import checkpoints
 from runner import data
 from runner import host_memory
-from runner import outputs
 from runner import partitioning
 from runner.progress import Progress
 import storage
@@ -272,7 +271,7 @@ def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
                        reward_model=reward_model, mesh=mesh, rules=rules, should_stop=guard.should_stop)
   lines = [json.dumps({**row, **record}, ensure_ascii=False) + "\n" for row, record in zip(rows, records)]
   if jax.process_index() == 0:  # every process holds every line
-    outputs.atomic_write_text(output_file, "".join(lines))
+    storage.write_text(output_file, "".join(lines))
   summary = best_of_n_summary(records)
   if summary is not None:
     print(f"best-of-{summary['n']}: KL {summary['kl']:.6f} nats from the sampling policy "

@@ -4,8 +4,8 @@ An output directory holds `predictions.jsonl` (one JSON object per item, with
 at least "task" and "id"; candidate tasks add "scores", "prediction", "gold")
 and `metrics.json` (`{task: {metric: {"value", "low", "high"}}}`, plus a top-level
 "provenance" object saying what produced the numbers when the writer records one).
-Whole files are written atomically; `PredictionsAppender` writes line by line
-so that an interrupted evaluation can resume where it stopped.
+Whole files are written with `storage.write_*` (a local one atomically); `PredictionsAppender`
+writes line by line so that an interrupted evaluation can resume where it stopped.
 """
 import json
 import math
@@ -15,8 +15,8 @@ from typing import Any, Iterable, Mapping
 from runner import run_dir
 import storage
 
-PREDICTIONS_FILE = storage.name(run_dir.EvalDir("").predictions)
-METRICS_FILE = storage.name(run_dir.EvalDir("").metrics)
+PREDICTIONS_FILE = run_dir.PREDICTIONS
+METRICS_FILE = run_dir.METRICS
 RUN_CONFIG_FILE = run_dir.CONFIG_GIN
 PROVENANCE_KEY = "provenance"  # metrics.json's record of checkpoint, data and settings
 FILE_MODE = storage.FILE_MODE
@@ -26,19 +26,10 @@ class OutputError(ValueError):
   """A prediction or metric record that does not follow the output format."""
 
 
-def atomic_write_bytes(path: str, data: bytes) -> None:
-  """Writes `data` to `path` whole (`storage.write_bytes`: a local file is replaced atomically)."""
-  storage.write_bytes(path, data)
-
-
-def atomic_write_text(path: str, text: str) -> None:
-  storage.write_text(path, text)
-
-
 def write_run_config(directory: str, text: str) -> str:
   """Writes the run's gin configuration text to `directory/config.gin`; returns the path."""
   path = storage.join(directory, RUN_CONFIG_FILE)
-  atomic_write_text(path, text)
+  storage.write_text(path, text)
   return path
 
 
@@ -66,7 +57,7 @@ def write_predictions(out_dir: str, records: Iterable[Mapping[str, Any]]) -> str
   """Writes all records to `out_dir/predictions.jsonl` atomically; returns the path."""
   lines = [_line(r, f"prediction {i}") for i, r in enumerate(records)]
   path = run_dir.EvalDir(out_dir).predictions
-  atomic_write_text(path, "".join(lines))
+  storage.write_text(path, "".join(lines))
   return path
 
 
@@ -91,7 +82,7 @@ def write_metrics(out_dir: str, metrics: Mapping[str, Mapping[str, Mapping[str, 
     raise OutputError(f"metrics: {PROVENANCE_KEY!r} is reserved for the provenance record, not a task")
   content = dict(metrics) if provenance is None else {**metrics, PROVENANCE_KEY: provenance}
   path = run_dir.EvalDir(out_dir).metrics
-  atomic_write_text(path, json.dumps(content, indent=2, sort_keys=True) + "\n")
+  storage.write_text(path, json.dumps(content, indent=2, sort_keys=True) + "\n")
   return path
 
 
@@ -124,10 +115,10 @@ def read_predictions(path: str) -> list[dict]:
   return records
 
 
-def _complete_prefix(path: str) -> tuple[int, list[dict]]:
-  """Byte length and records of the file's complete, parseable lines."""
+def _complete_prefix(path: str) -> tuple[list[bytes], list[dict]]:
+  """The file's complete, parseable lines (as read) and their records."""
   data = storage.read_bytes(path)
-  records, end = [], 0
+  lines, records, end = [], [], 0
   for raw in data.splitlines(keepends=True):
     if not raw.endswith(b"\n"):
       break  # The last write was cut short.
@@ -136,11 +127,12 @@ def _complete_prefix(path: str) -> tuple[int, list[dict]]:
       _check_record(record, f"{path}: byte {end}")
     except (json.JSONDecodeError, UnicodeDecodeError, OutputError):
       break
+    lines.append(raw)
     records.append(record)
     end += len(raw)
   if end < len(data) and data[end:].count(b"\n") > 1:
     raise OutputError(f"{path}: corrupt line at byte {end} followed by more lines; refusing to resume")
-  return end, records
+  return lines, records
 
 
 def read_written_ids(path: str) -> set[tuple[str, str]]:
@@ -164,7 +156,7 @@ def reorder_predictions(path: str, order: Iterable[tuple[str, str]]) -> bool:
       (rank.get(key, len(rank)), i, line) for i, (key, line) in enumerate(zip(keys, lines)))]
   if sorted_lines == lines:
     return False
-  atomic_write_bytes(path, b"".join(sorted_lines))
+  storage.write_bytes(path, b"".join(sorted_lines))
   return True
 
 
@@ -180,9 +172,9 @@ class PredictionsAppender:
     self.path = run_dir.EvalDir(out_dir).predictions
     self.done: set[tuple[str, str]] = set()
     if storage.exists(self.path):
-      end, records = _complete_prefix(self.path)
+      lines, records = _complete_prefix(self.path)
       with open(self.path, "r+b") as f:
-        f.truncate(end)
+        f.truncate(sum(map(len, lines)))
       self.done = {(r["task"], r["id"]) for r in records}
     self._file = open(self.path, "a", encoding="utf-8")
 
@@ -191,9 +183,12 @@ class PredictionsAppender:
     line = _line(record, f"prediction {key}")
     if key in self.done:
       raise OutputError(f"{self.path}: item {key} was already written")
+    self._put(line)
+    self.done.add(key)
+
+  def _put(self, line: str) -> None:
     self._file.write(line)
     self._file.flush()
-    self.done.add(key)
 
   def flush(self) -> None:
     """Each line is written when it is given."""
@@ -226,8 +221,7 @@ class PredictionParts(PredictionsAppender):
     self.done = {(r["task"], r["id"]) for r in map(json.loads, self._lines)}
     part_names = [name for name in storage.list_names(self._parts) if name.endswith(".jsonl")]
     for name in sorted(part_names):
-      end, records = _complete_prefix(storage.join(self._parts, name))
-      lines = storage.read_bytes(storage.join(self._parts, name))[:end].splitlines(keepends=True)
+      lines, records = _complete_prefix(storage.join(self._parts, name))
       for line, record in zip(lines, records):
         if (record["task"], record["id"]) not in self.done:  # a part gathered before a stop is not new
           self.done.add((record["task"], record["id"]))
@@ -235,13 +229,8 @@ class PredictionParts(PredictionsAppender):
     self._next_part = len(part_names)
     self._pending: list[bytes] = []
 
-  def write(self, record: Mapping[str, Any]) -> None:
-    key = (record.get("task"), record.get("id"))
-    line = _line(record, f"prediction {key}")
-    if key in self.done:
-      raise OutputError(f"{self.path}: item {key} was already written")
+  def _put(self, line: str) -> None:
     self._pending.append(line.encode("utf-8"))
-    self.done.add(key)
 
   def flush(self) -> None:
     """Writes the lines given since the last flush as the next part."""

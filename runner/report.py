@@ -18,11 +18,10 @@ import matplotlib
 matplotlib.use("Agg")  # No display on servers; must precede pyplot.
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 
-from runner import outputs
 from runner import run_dir
 import storage
 
-REPORT_FILE = storage.name(run_dir.EvalDir("").report)
+REPORT_FILE = run_dir.REPORT
 LABEL_WIDTH = 18  # characters per line of a tick label; longer ones wrap
 TITLE_WIDTH = 60
 BAR_COLOR = "#4c72b0"
@@ -145,7 +144,7 @@ def _save_chart(chart: BarChart, path: str) -> None:
   # bbox_inches="tight" grows the image to hold every label and reference text whole.
   fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
   plt.close(fig)
-  outputs.atomic_write_bytes(path, buffer.getvalue())
+  storage.write_bytes(path, buffer.getvalue())
 
 
 def _bar_references(references: References | None,
@@ -286,5 +285,5 @@ def write_report(out_dir: str, *, title: str,
   parts += [_table_html(t) for t in tables]
   parts.append("</body></html>\n")
   path = storage.join(out_dir, REPORT_FILE)
-  outputs.atomic_write_text(path, "\n".join(parts))
+  storage.write_text(path, "\n".join(parts))
   return path

@@ -17,13 +17,12 @@ from models.config import T5Config
 from runner import checkpoints
 from runner import data
 from runner import host_memory
-from runner import outputs
 from runner import partitioning
 from runner import run_dir
 import storage
 
 NORMALIZATION_FILE = "normalization.json"
-NORMALIZED_SUBDIR = storage.name(run_dir.RunDir("").normalized)  # train's output: MODEL_DIR/normalized
+NORMALIZED_SUBDIR = run_dir.NORMALIZED  # train's output: MODEL_DIR/normalized
 
 
 def reference_mean_reward(config: T5Config, params, task_name: str, split: str, feature_lengths,
@@ -83,7 +82,7 @@ def normalize(config: T5Config, params, *, source: str, output_dir: str, task_na
                            "feature_lengths": dict(feature_lengths),
                            "files": data.source_provenance(task).get("files", [])},
             "source_checkpoint": storage.absolute(source)}
-  outputs.atomic_write_text(storage.join(output_dir, NORMALIZATION_FILE), json.dumps(record, indent=2) + "\n")
+  storage.write_text(storage.join(output_dir, NORMALIZATION_FILE), json.dumps(record, indent=2) + "\n")
   print(f"reward normalised: {count} references of {task_name} ({split}) scored {mean:+.6f} on average; "
         f"the head's bias is lowered by that, written to {output_dir}", flush=True)
   return record

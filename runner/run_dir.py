@@ -16,39 +16,48 @@ import dataclasses
 
 import storage
 
+# MODEL_DIR's names.
+CHECKPOINTS = "checkpoints"
+BEST = "best"  # the best evaluation's checkpoint (BEST_METRIC)
+NORMALIZED = "normalized"  # the reward model, normalised
+TENSORBOARD = "train"
+MODEL_CONFIG = "t5_config.json"
 CONFIG_GIN = "config.gin"  # the gin configuration a run was started with, as t5x keeps it
+DATA_FILES = "data_files.json"  # what each training task read
+EVAL_METRICS = "eval_metrics.jsonl"  # one line per evaluation during training
+# EVAL_OUTPUT_DIR's names.
+PREDICTIONS = "predictions.jsonl"
+PREDICTION_PARTS = "predictions.parts"  # in a bucket (no append): whole numbered objects, one per batch
+METRICS = "metrics.json"
+SETTINGS = "evaluation.json"  # provenance, checked on resuming
+REPORT = "report.html"
 
 
 @dataclasses.dataclass(frozen=True)
-class RunDir:
+class _Directory:
+  path: str
+
+  def at(self, name: str) -> str:
+    return storage.join(self.path, name)
+
+
+class RunDir(_Directory):
   """A training run's MODEL_DIR."""
-  path: str
-
-  def _at(self, name: str) -> str:
-    return storage.join(self.path, name)
-
-  checkpoints = property(lambda self: self._at("checkpoints"))
-  best = property(lambda self: self._at("best"))  # the best evaluation's checkpoint (BEST_METRIC)
-  normalized = property(lambda self: self._at("normalized"))  # the reward model, normalised
-  tensorboard = property(lambda self: self._at("train"))
-  model_config = property(lambda self: self._at("t5_config.json"))
-  config_gin = property(lambda self: self._at(CONFIG_GIN))
-  data_files = property(lambda self: self._at("data_files.json"))  # what each training task read
-  eval_metrics = property(lambda self: self._at("eval_metrics.jsonl"))  # one line per evaluation
+  checkpoints = property(lambda self: self.at(CHECKPOINTS))
+  best = property(lambda self: self.at(BEST))
+  normalized = property(lambda self: self.at(NORMALIZED))
+  tensorboard = property(lambda self: self.at(TENSORBOARD))
+  model_config = property(lambda self: self.at(MODEL_CONFIG))
+  config_gin = property(lambda self: self.at(CONFIG_GIN))
+  data_files = property(lambda self: self.at(DATA_FILES))
+  eval_metrics = property(lambda self: self.at(EVAL_METRICS))
 
 
-@dataclasses.dataclass(frozen=True)
-class EvalDir:
+class EvalDir(_Directory):
   """An evaluation's EVAL_OUTPUT_DIR."""
-  path: str
-
-  def _at(self, name: str) -> str:
-    return storage.join(self.path, name)
-
-  predictions = property(lambda self: self._at("predictions.jsonl"))
-  # In a bucket (no append), the items scored so far: whole numbered objects, one per batch.
-  prediction_parts = property(lambda self: self._at("predictions.parts"))
-  metrics = property(lambda self: self._at("metrics.json"))
-  settings = property(lambda self: self._at("evaluation.json"))
-  report = property(lambda self: self._at("report.html"))
-  config_gin = property(lambda self: self._at(CONFIG_GIN))
+  predictions = property(lambda self: self.at(PREDICTIONS))
+  prediction_parts = property(lambda self: self.at(PREDICTION_PARTS))
+  metrics = property(lambda self: self.at(METRICS))
+  settings = property(lambda self: self.at(SETTINGS))
+  report = property(lambda self: self.at(REPORT))
+  config_gin = property(lambda self: self.at(CONFIG_GIN))

@@ -41,7 +41,7 @@ class TrainResult:
   signal_number: int | None = None  # SIGTERM or SIGINT when a signal stopped the run
 
 
-DATA_FILES = storage.name(run_dir.RunDir("").data_files)
+DATA_FILES = run_dir.DATA_FILES
 EVAL_METRICS_FILE = training_evaluation.EVAL_METRICS_FILE
 
 
@@ -181,7 +181,7 @@ def _record_data_files(model_dir, name, split) -> None:
   """Writes MODEL_DIR/data_files.json: what each training task read (files, sizes, sha256)."""
   record = {"mixture_or_task_name": name, "split": split,
             "tasks": {task.name: data.source_provenance(task) for task in data.tasks_with_split(name, split)}}
-  outputs.atomic_write_text(run_dir.RunDir(model_dir).data_files, json.dumps(record, indent=2) + "\n")
+  storage.write_text(run_dir.RunDir(model_dir).data_files, json.dumps(record, indent=2) + "\n")
 
 
 def _log_interval(log_every: int, train_steps: int) -> int:

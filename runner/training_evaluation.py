@@ -17,7 +17,7 @@ from runner import outputs
 from runner import run_dir
 import storage
 
-EVAL_METRICS_FILE = storage.name(run_dir.RunDir("").eval_metrics)
+EVAL_METRICS_FILE = run_dir.EVAL_METRICS
 BEST_MODES = ("max", "min")
 
 
@@ -59,7 +59,7 @@ def _eval_lines_until(path: str, step: int) -> list[dict]:
 
 def _write_lines(path: str, lines: list[dict]) -> None:
   """Writes eval_metrics.jsonl whole (a bucket has no append; it holds a line per evaluation)."""
-  outputs.atomic_write_text(path, "".join(json.dumps(line, allow_nan=False) + "\n" for line in lines))
+  storage.write_text(path, "".join(json.dumps(line, allow_nan=False) + "\n" for line in lines))
 
 
 def _all_tasks(name: str) -> list:
