@@ -383,7 +383,7 @@ TURINGADVICE_GENERATION = TaskFamily(
     splits=SPLITS,
     quickstart_files={"reddit_advice": {"all": "reddit_advice_2019.jsonl"}},
     steps=(preprocessors.advice_inputs,),
-    # Evaluation scores each reference advice: loss and perplexity (TuringAdvice §5 selects
+    # Evaluation scores each reference advice: loss and perplexity (TuringAdvice §3.2 selects
     # models by validation perplexity).
     metric_fn=metrics.perplexity_metric_fn,
     tfds=TfdsSource("reddit_advice2019:1.0.0", {s: s for s in SPLITS},

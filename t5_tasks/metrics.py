@@ -257,7 +257,7 @@ def perplexity_metric_fn(targets, scores) -> dict[str, float]:
 
   Reads the summed `log_likelihoods` and `tokens` of each item's candidates (its references),
   which runner/evaluate.py records with the likelihood scorer; `scores` (normalised) are unused.
-  TuringAdvice §5 chooses epochs and learning rates by this validation perplexity.
+  TuringAdvice §3.2 chooses epochs and learning rates by this validation perplexity.
   """
   del scores
   if not targets or any("log_likelihoods" not in t or "tokens" not in t for t in targets):
