@@ -3,10 +3,11 @@
 The recipe (../shared/data/README.md): every judged output gets a score within
 its context (several raters: the mean; CHASM and the counter-narrative ratings: the
 integer mean, as HEAP's authors applied it); every ordered pair of outputs with a
-strictly higher score gives one comparison, ties give none. Sources judged in
+strictly higher score gives one comparison, ties give none (but defeasible
+inference keeps its ties: Table 1's counts need them). Sources judged in
 pairs (CommonGen, story rewriting) are aggregated per pair instead: the mean
-signed preference decides, and 0 gives none. Two outputs with the same text give
-no comparison either: no model could tell them apart.
+signed preference decides, and 0 gives none. Two outputs with the same text are
+compared like any others (HEAP counts them), though no model can tell them apart.
 
 The 22 criteria, their Table 4 input layout, Table 5 instructions and Table 3 clusters are
 declared here as data (Ben-David et al., HEAP); `t5_tasks.families` registers one task per
@@ -84,8 +85,10 @@ HEAP_CRITERIA = _criteria(
      f"Given {_HATE}, determine how good the counter narrative is."),
     ("CCN", "choose counter narrative", "counter_narratives", True, False,
      f"Given {_HATE}, determine how appropriate the counter narrative is in a real case scenario."),
+    # Table 5's CNG row ends "...in response to the hate speech. Determine the grammaticality": the
+    # sentence break is instructions.json's template 0; its `paper_table5` marker says 1 (no break).
     ("CNG", "counter-narrative grammaticality", "counter_narratives", True, True,
-     f"Given {_HATE}, determine the grammaticality of the counter narrative."),
+     f"You are given {_HATE}. Determine the grammaticality of the counter narrative."),
     ("CNSp", "counter-narrative specificity", "counter_narratives", False, True,
      f"Determine how specific the arguments brought by the counter narrative are in response to the hate "
      f"speech given {_HATE}."),
@@ -108,8 +111,12 @@ HEAP_CRITERIA = _criteria(
      "counterfactual sentence provided."),
     ("SRE", "story rewriting: ending", "story_rewriting", True, False,
      f"{_STORY_TASK}. Determine how reasonably the rewritten ending outlines a sequence of events."),
+    # Table 5 prints SRPl's instruction as below. instructions.json's nearest phrasing (template 3)
+    # reads "how well the plot in the rewritten ending relates"; its `paper_table5` marker says 2
+    # ("...related to the plot in the premise"), a phrasing Table 5 does not print.
     ("SRPl", "story rewriting: plot", "story_rewriting", True, False,
-     "Determine how related the plot in the rewritten ending is to the plot in the premise " + _STORY),
+     "You are given a story, an original ending and a rewritten ending. Determine how well the rewritten "
+     "ending relates to the plot of the original ending."),
     ("SRPr", "story rewriting: premise", "story_rewriting", False, False,
      "Determine how well the rewritten ending keeps in mind the details provided in the premise " + _STORY),
     ("SRS", "story rewriting: second sentence", "story_rewriting", False, False,
@@ -122,6 +129,11 @@ HEAP_CRITERIA = _criteria(
      "Given a premise, a hypothesis, and an update sentence, determine how much the much the update sentence "
      "strengthens the hypothesis."),
 )
+
+# The phrasing of instructions.json that Table 5 prints, where it is not the file's `paper_table5`
+# marker (the marker is not trusted: it points at phrasings Table 5 does not print). SRPl: the
+# nearest phrasing, with "the plot in" that Table 5's instruction lacks.
+TABLE_5_TEMPLATE_NOT_MARKED = {"CNG": 0, "SRPl": 3}
 
 # Table 3's clusters (they overlap), then §6's clusters of criteria from one dataset.
 CLUSTERS: dict[str, tuple[str, ...]] = {
@@ -267,23 +279,31 @@ def read_instruction_templates(path) -> tuple[dict[str, list[str]], records.Read
   return out, records.ReadReport(path=path, read=len(out))
 
 
-def _ranked(task: str, output_label: str, groups: dict) -> list[Comparison]:
-  """groups: {key: (context, [(text, score), ...])} -> every strictly ordered pair."""
+def _ranked(task: str, output_label: str, groups: dict, *, ties: bool = False) -> list[Comparison]:
+  """groups: {key: (context, [(text, score), ...])} -> every strictly ordered pair; with `ties`,
+  every pair, a tie in the order the outputs come.
+
+  A pair of two identical texts is kept: its label is still its scores' order (the raters scored
+  the same text differently, e.g. two systems' equal counter narratives), and HEAP counts such
+  pairs (Table 1's CNI 783 and CNO 685 need them).
+  """
   out = []
   for context, outputs in groups.values():
     for (a, sa), (b, sb) in itertools.combinations(outputs, 2):
-      if sa == sb or a == b:
+      if sa == sb and not ties:
         continue
-      (good, gs), (bad, bs) = ((a, sa), (b, sb)) if sa > sb else ((b, sb), (a, sa))
+      (good, gs), (bad, bs) = ((a, sa), (b, sb)) if sa >= sb else ((b, sb), (a, sa))
       out.append((context, good, bad, gs, bs))
   return _numbered(task, output_label, out)
 
 
 def _paired(task: str, output_label: str, judgments: dict) -> list[Comparison]:
-  """judgments: {key: (context, text1, text2, [preferences for text1 in -1..1])} -> the mean decides."""
+  """judgments: {key: (context, text1, text2, [preferences for text1 in -1..1])} -> the mean decides.
+
+  As in `_ranked`, two identical texts keep the comparison their judges' mean preference gives."""
   out = []
   for context, first, second, prefs in judgments.values():
-    if not prefs or first == second:
+    if not prefs:
       continue
     mean = sum(prefs) / len(prefs)
     if mean != 0:
@@ -341,14 +361,21 @@ def tellmewhy_comparisons(task, answers) -> list[Comparison]:
 
 
 def defeasible_comparisons(task, updates) -> list[Comparison]:
-  label = "attenuator" if task == "DIA" else "intensifier"
-  sign = -1.0 if label == "attenuator" else 1.0  # a lower human label is a stronger weakener
+  """Every pair of the three updates (two models' and the human's) written for one premise,
+  hypothesis and update type, ties included, for both criteria.
+
+  Table 1 gives DIA and DII 7,176 comparisons each, and §3's total of 229,104 instances counts
+  both: that is every (premise, hypothesis, pred_label) group of the release (2,392) x its 3
+  pairs, whichever update type the group asked for and whether or not the raters tied. DIA
+  prefers the update that weakens more (lower human label), DII the one that strengthens more.
+  """
+  sign = -1.0 if task == "DIA" else 1.0
   groups = collections.OrderedDict()
   for u in updates:
-    if u.pred_label == label:
-      context = (("premise", u.premise), ("hypothesis", u.hypothesis))
-      groups.setdefault(context, (context, []))[1].append((u.update, sign * _mean(u.human_label)))
-  return _ranked(task, "update sentence", groups)
+    context = (("premise", u.premise), ("hypothesis", u.hypothesis))
+    groups.setdefault((context, u.pred_label), (context, []))[1].append(
+        (u.update, sign * _mean(u.human_label)))
+  return _ranked(task, "update sentence", groups, ties=True)
 
 
 def commongen_comparisons(task, judgments) -> list[Comparison]:
@@ -371,16 +398,18 @@ _STORY_ANSWER = {"SRC": "counterfactual", "SRE": "ending", "SRPl": "plot", "SRPr
 def story_comparisons(task, judgments) -> list[Comparison]:
   """Pooled per story and pair of rewrites, whichever side each worker saw them on.
 
-  The context is the original story, then the second story (the premise and the counterfactual
-  sentence) whose ending was rewritten: Table 5's SRE example reads `story <sep> {premise}
-  {counterfactual} <sep> ending <sep> {rewritten ending}`.
+  The context is the second story (the premise and the counterfactual sentence) whose ending was
+  rewritten, as Table 5's SRE example reads: `story <sep> {premise} {counterfactual} <sep> ending
+  <sep> {rewritten ending}`. SRPl's Table 5 instruction ("You are given a story, an original ending
+  and a rewritten ending") also gives the original ending.
   """
   criterion = _STORY_ANSWER[task]
   pairs = collections.OrderedDict()
   for j in judgments:
     first, second = sorted(j.rewrites)
-    context = (("original story", f"{j.premise} {j.second} {j.ending}"),
-               ("story", f"{j.premise} {j.counterfactual}"))
+    context = (("story", f"{j.premise} {j.counterfactual}"),)
+    if task == "SRPl":
+      context += (("original ending", j.ending),)
     entry = pairs.setdefault((j.story_id, first, second), (context, first, second, []))
     answer = j.answers[criterion]
     if answer:  # blank: the worker skipped the question
