@@ -1,7 +1,7 @@
 r"""Compares systems evaluated on the same items, with paired significance tests.
 
   python -m scripts.compare --eval_dirs=base=runs/base/eval,large=runs/large/eval --out=/tmp/cmp \
-      [--metric=accuracy,two_best_accuracy] [--num_bootstrap=1000] [--seed=0]
+      [--metric=accuracy,two_best_accuracy] [--num_bootstrap=1000] [--num_permutations=10000] [--seed=0]
 
 Each --eval_dirs entry NAME=DIR is a directory written by scripts.evaluate or scripts.run_baseline
 (predictions.jsonl and metrics.json); it and --out may be local folders or `gs://...` prefixes.
@@ -10,19 +10,25 @@ labels per item, else the command exits 1 naming the task.
 
 The compared metrics are the accuracy-like ones every system's metrics.json reports: accuracy,
 two_best_accuracy (TimeDial), pairwise_accuracy (preference tasks, HEAP) and their per-group
-variants (accuracy/C+E). Each item's credit is recomputed from its prediction record as
-t5_tasks.metrics defines it (a tie gets the expected credit of breaking it at random, so 0.5 on a
-two-candidate item), and its mean must equal the value in metrics.json. The table shows each
-system's value and 95% interval as its metrics.json reports them. For each pair of systems A, B:
+variants (accuracy/C+E). Each item's credit is recomputed from its prediction record by
+t5_tasks.metrics.item_credit, the definition metrics.json uses (a tie gets the expected credit of
+breaking it at random, so 0.5 on a two-candidate item), and its mean must equal the value in
+metrics.json. The table shows each system's value and 95% interval as its metrics.json reports
+them. For each pair of systems A, B:
 
   * paired bootstrap: --num_bootstrap resamples of the items with replacement, the same items for
     both systems; the difference A - B of the means, its 95% percentile interval, and the two-sided
     p-value = 2 x the fraction of resamples whose difference has the opposite sign of the observed
     one (a resampled difference of exactly 0 is not opposite), capped at 1; 1 when the observed
     difference is 0. A p of 0 means no resample of --num_bootstrap had the opposite sign.
-  * McNemar's exact test: a two-sided binomial test (p = 1/2) on the discordant items, those where
-    one system gets more credit than the other. With 0/1 credit these are McNemar's discordant
-    pairs; an item one system ties on (credit 0.5) counts for the system with more credit.
+  * "A better / B better": the credit A gains over B summed over the items where A gets more, and
+    the same for B; their difference is items x (A - B), so they agree in sign with the difference.
+    With 0/1 credit they are McNemar's discordant pairs (items only A, or only B, gets right).
+  * a second paired test, named in the output. McNemar's exact test (a two-sided binomial test,
+    p = 1/2, on the discordant pairs) where every item's credit is 0 or 1 for both systems: McNemar
+    is defined on correct/incorrect pairs. Else (a tie's fractional credit) a paired permutation
+    test: --num_permutations random sign flips of the per-item differences (seed --seed), two-sided
+    p = (1 + flips whose |mean| >= the observed |mean|) / (1 + flips); 1 when no item differs.
 
 Writes report.html (tables and one bar chart per task and metric, a bar per system),
 comparison.json, comparison.md and comparison.tex (booktabs) under --out, all with the same numbers.
@@ -64,7 +70,9 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_list("metric", [], "Metrics to compare (default: every accuracy-like metric all systems "
                     "report), e.g. accuracy,two_best_accuracy,accuracy/C+E.", flag_values=fv)
   flags.DEFINE_integer("num_bootstrap", 1000, "Paired bootstrap resamples.", flag_values=fv)
-  flags.DEFINE_integer("seed", 0, "Paired bootstrap seed.", flag_values=fv)
+  flags.DEFINE_integer("num_permutations", 10000, "Sign flips of the paired permutation test (used where "
+                       "a tie gives fractional credit).", flag_values=fv)
+  flags.DEFINE_integer("seed", 0, "Paired bootstrap and permutation seed.", flag_values=fv)
 
 
 def parse_systems(specs: Sequence[str]) -> dict[str, str]:
@@ -118,28 +126,10 @@ def check_same_items(systems: Mapping[str, dict]) -> None:
                               f"{_ids(differ)}")
 
 
-def item_groups(record: Mapping) -> set[str]:
-  """The groups an item counts in, as t5_tasks.metrics.asq_metric_fn reads them (accuracy/GROUP)."""
-  return set(filter(None, (record.get("pair_groups") or record.get("pair_type") or "").split("|")))
-
-
-def pairwise_credit(scores: Sequence[float], gold: Sequence[int]) -> float:
-  """One item's credit in t5_tasks.metrics.pairwise_accuracy (which returns only the corpus mean):
-  1 when the preferred response scores higher, 0.5 on a tie; the pair as preference_metric_fn
-  takes it from the candidates (the first gold-1 and the first gold-0)."""
-  good = next(s for s, y in zip(scores, gold) if y == 1)
-  bad = next(s for s, y in zip(scores, gold) if y == 0)
-  return float(good > bad) + 0.5 * float(good == bad)
-
-
 def item_credit(metric: str, records: Sequence[Mapping]) -> np.ndarray:
   """Per item, its credit in `metric` (accuracy, two_best_accuracy, pairwise_accuracy)."""
-  if metric == "pairwise_accuracy":
-    return np.asarray([pairwise_credit(r["scores"], r["gold"]) for r in records])
   from t5_tasks import metrics as t5_metrics  # pylint: disable=g-import-not-at-top
-  k = 2 if metric == "two_best_accuracy" else 1
-  # One item at a time: tasks may give items different numbers of candidates.
-  return np.asarray([t5_metrics.top_k_credit([r["scores"]], [r["gold"]], k)[0] for r in records])
+  return np.asarray([t5_metrics.item_credit(metric, r["scores"], r["gold"]) for r in records])
 
 
 def comparable(name: str) -> bool:
@@ -182,18 +172,61 @@ def paired_bootstrap(a, b, num_bootstrap: int, seed: int) -> dict[str, float]:
   return {"difference": observed, "low": float(low), "high": float(high), "p": p}
 
 
-def mcnemar_exact(a, b) -> dict[str, float]:
-  """Exact two-sided McNemar test: binomial test on the items where the credits differ."""
+MCNEMAR, PERMUTATION = "McNemar exact", "paired permutation"
+PERMUTATION_CHUNK = 1000  # sign flips drawn at once: memory stays items x 1000
+
+
+def is_correct_or_incorrect(credit) -> bool:
+  return bool(np.isin(np.asarray(credit), (0, 1)).all())
+
+
+def credit_won(a, b) -> tuple[float, float]:
+  """(credit A gets above B summed over items, the same for B): with 0/1 credit, the discordant
+  pairs; their difference is items x (mean A - mean B), so the sign is the difference's."""
   a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  a_better, b_better = int(np.sum(a > b)), int(np.sum(b > a))
+  return float(np.round(np.clip(a - b, 0, None).sum(), DECIMALS)), float(np.round(np.clip(b - a, 0, None).sum(), DECIMALS))
+
+
+def mcnemar_exact(a, b) -> dict[str, float]:
+  """Exact two-sided McNemar test on 0/1 credit: binomial test on the discordant pairs."""
+  if not (is_correct_or_incorrect(a) and is_correct_or_incorrect(b)):
+    raise ValueError("McNemar's test needs 0/1 credit; a tie's fractional credit needs the permutation test")
+  a_better, b_better = (int(x) for x in credit_won(a, b))
   discordant = a_better + b_better
   p = 1.0 if discordant == 0 else float(stats.binomtest(a_better, discordant, 0.5).pvalue)
-  return {"a_better": a_better, "b_better": b_better, "p": p}
+  return {"test": MCNEMAR, "a_better": a_better, "b_better": b_better, "p": p}
+
+
+def paired_permutation(a, b, num_permutations: int, seed: int) -> dict[str, float]:
+  """Two-sided paired permutation test of mean(a - b): each item's difference keeps or flips its
+  sign at random (the systems' labels swapped within the item); see the module docstring."""
+  differences = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+  observed = abs(float(np.round(differences.mean(), DECIMALS)))
+  rng = np.random.default_rng(seed)
+  as_extreme = 0
+  for start in range(0, num_permutations, PERMUTATION_CHUNK):
+    signs = rng.choice((-1.0, 1.0), size=(min(PERMUTATION_CHUNK, num_permutations - start), len(differences)))
+    as_extreme += int(np.sum(np.abs(np.round((signs * differences).mean(axis=1), DECIMALS)) >= observed))
+  a_better, b_better = credit_won(a, b)
+  return {"test": PERMUTATION, "a_better": a_better, "b_better": b_better,
+          "p": (1 + as_extreme) / (1 + num_permutations)}
+
+
+def second_test(a, b, num_permutations: int, seed: int) -> dict:
+  """McNemar where both systems' credit is 0/1, else the paired permutation test."""
+  if is_correct_or_incorrect(a) and is_correct_or_incorrect(b):
+    return mcnemar_exact(a, b)
+  return paired_permutation(a, b, num_permutations, seed)
+
+
+def _groups(record: Mapping) -> set[str]:
+  from t5_tasks import metrics as t5_metrics  # pylint: disable=g-import-not-at-top
+  return t5_metrics.item_groups(record)
 
 
 def _credits(system: dict, task: str, metric: str, ids: Sequence[str]) -> np.ndarray:
   records = [system["records"][task][i] for i in ids]
-  return item_credit(metric.partition("/")[0], records)
+  return item_credit(metric, records)
 
 
 DISAGREEMENTS_SHOWN = 5  # items listed per task and pair of systems
@@ -222,7 +255,8 @@ def disagreements(system_a: dict, system_b: dict, task: str, ids: Sequence[str],
   return {"count": len(differ), "items": items}
 
 
-def compare(systems: Mapping[str, dict], chosen, num_bootstrap: int, seed: int) -> tuple[list, list]:
+def compare(systems: Mapping[str, dict], chosen, num_bootstrap: int, seed: int,
+            num_permutations: int = 10000) -> tuple[list, list]:
   """(value rows, difference rows) of every chosen (task, metric): see comparison.json. A
   difference on a whole task's metric (not a group's) also lists the items the two disagree on."""
   values, differences = [], []
@@ -230,7 +264,7 @@ def compare(systems: Mapping[str, dict], chosen, num_bootstrap: int, seed: int) 
     names = [n for n, s in systems.items() if metric in s["metrics"].get(task, {})]
     group = metric.partition("/")[2]
     reference = systems[names[0]]["records"][task]
-    ids = [i for i in reference if not group or group in item_groups(reference[i])]
+    ids = [i for i in reference if not group or group in _groups(reference[i])]
     credits = {}
     for name in names:
       system = systems[name]
@@ -244,12 +278,12 @@ def compare(systems: Mapping[str, dict], chosen, num_bootstrap: int, seed: int) 
     for i, a in enumerate(names):
       for b in names[i + 1:]:
         bootstrap = paired_bootstrap(credits[a], credits[b], num_bootstrap, seed)
-        mcnemar = mcnemar_exact(credits[a], credits[b])
+        test = second_test(credits[a], credits[b], num_permutations, seed)
         differences.append({"task": task, "metric": metric, "a": a, "b": b, "items": len(ids),
                             "difference": bootstrap["difference"], "low": bootstrap["low"],
                             "high": bootstrap["high"], "p_bootstrap": bootstrap["p"],
-                            "a_better": mcnemar["a_better"], "b_better": mcnemar["b_better"],
-                            "p_mcnemar": mcnemar["p"]})
+                            "a_better": test["a_better"], "b_better": test["b_better"],
+                            "test": test["test"], "p_test": test["p"]})
         if not group:
           differences[-1]["disagreements"] = disagreements(systems[a], systems[b], task, ids,
                                                            credits[a], credits[b])
@@ -274,12 +308,21 @@ def value_table(result: Mapping) -> tuple[list[str], list[list[str]]]:
 
 
 DIFFERENCE_COLUMNS = ["task", "metric", "A", "B", "items", "A - B [95% interval]", "p (paired bootstrap)",
-                      "A better / B better", "p (McNemar exact)"]
+                      "A better / B better (credit)", "test", "p (test)"]
+
+
+def fmt_credit(x: float) -> str:
+  """Summed credit: a count where it is whole (0/1 credit), else one decimal."""
+  return str(int(x)) if float(x).is_integer() else f"{x:.1f}"
+
+
+def better_cell(d: Mapping) -> str:
+  return f"{fmt_credit(d['a_better'])} / {fmt_credit(d['b_better'])}"
 
 
 def difference_rows(result: Mapping) -> list[list[str]]:
   return [[d["task"], d["metric"], d["a"], d["b"], str(d["items"]), _with_interval(d, "difference"),
-           fmt(d["p_bootstrap"]), f"{d['a_better']} / {d['b_better']}", fmt(d["p_mcnemar"])]
+           fmt(d["p_bootstrap"]), better_cell(d), d["test"], fmt(d["p_test"])]
           for d in result["differences"]]
 
 
@@ -321,8 +364,9 @@ def latex(result: Mapping) -> str:
   columns, rows = value_table(result)
   lines = ["% Requires \\usepackage{booktabs}. Written by scripts.compare."]
   lines += table("Systems: value [95% bootstrap interval]", columns, rows) + [""]
-  lines += table(f"Paired differences ({result['num_bootstrap']} paired bootstrap resamples; "
-                 "McNemar's exact test)", DIFFERENCE_COLUMNS, difference_rows(result))
+  lines += table(f"Paired differences ({result['num_bootstrap']} paired bootstrap resamples; McNemar's exact "
+                 f"test on 0/1 credit, else {result['num_permutations']} paired permutations)",
+                 DIFFERENCE_COLUMNS, difference_rows(result))
   return "\n".join(lines) + "\n"
 
 
@@ -342,8 +386,10 @@ def report_notes(result: Mapping) -> list[str]:
                "from predictions.jsonl: the same values).")
   notes.append(f"Paired bootstrap: {result['num_bootstrap']} resamples of the items, the same for both "
                "systems (seed {}); p = 2 x the share of resamples whose difference has the opposite sign, "
-               "capped at 1. McNemar: exact binomial test on the items where one system gets more credit."
-               .format(result["seed"]))
+               "capped at 1. A better / B better: the credit each gains over the other, summed over items. "
+               "Test: McNemar's exact test where both systems' credit is 0/1; where a tie gives fractional "
+               "credit, a paired permutation test ({} random sign flips of the per-item differences)."
+               .format(result["seed"], result["num_permutations"]))
   if result["not_compared"]:
     notes.append("Not compared (not accuracy-like, or reported by one system only): " + ", ".join(
         f"{t} {m}" for t, m in result["not_compared"]))
@@ -387,13 +433,16 @@ def run(args: flags.FlagValues) -> dict:
     raise ComparisonError("--out is required")
   if args.num_bootstrap < 1:
     raise ComparisonError(f"--num_bootstrap must be positive, got {args.num_bootstrap}")
+  if args.num_permutations < 1:
+    raise ComparisonError(f"--num_permutations must be positive, got {args.num_permutations}")
   systems = {name: load_system(d) for name, d in parse_systems(args.eval_dirs).items()}
   check_same_items(systems)
   chosen, not_compared = metrics_to_compare(systems, args.metric)
-  values, differences = compare(systems, chosen, args.num_bootstrap, args.seed)
+  values, differences = compare(systems, chosen, args.num_bootstrap, args.seed, args.num_permutations)
   result = {"systems": [{"name": name, "dir": system["dir"], "provenance": system["provenance"]}
                         for name, system in systems.items()],
-            "num_bootstrap": args.num_bootstrap, "seed": args.seed, "confidence": CONFIDENCE,
+            "num_bootstrap": args.num_bootstrap, "num_permutations": args.num_permutations,
+            "seed": args.seed, "confidence": CONFIDENCE,
             "values": values, "differences": differences,
             "not_compared": [list(key) for key in not_compared]}
   page = write_outputs(args.out, result)
@@ -401,8 +450,8 @@ def run(args: flags.FlagValues) -> dict:
     print(f"{v['task']:28s} {v['metric']:24s} {v['system']:16s} {_with_interval(v)}")
   for d in differences:
     print(f"{d['task']:28s} {d['metric']:24s} {d['a']} - {d['b']}: {_with_interval(d, 'difference')}  "
-          f"p(bootstrap)={fmt(d['p_bootstrap'])}  McNemar {d['a_better']}/{d['b_better']} "
-          f"p={fmt(d['p_mcnemar'])}")
+          f"p(bootstrap)={fmt(d['p_bootstrap'])}  A/B better {better_cell(d)}  "
+          f"{d['test']} p={fmt(d['p_test'])}")
   print(f"wrote {page} and comparison.json, .md, .tex in {args.out}")
   return result
 

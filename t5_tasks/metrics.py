@@ -91,15 +91,53 @@ def two_best_accuracy(scores, labels, *, mask=None, num_bootstrap=NUM_BOOTSTRAP,
   return _mean_estimate(top_k_credit(scores, labels, 2, mask), num_bootstrap, seed)
 
 
-def pairwise_accuracy(good_scores, bad_scores, *, num_bootstrap=NUM_BOOTSTRAP,
-                      seed=0) -> Estimate:
-  """Fraction of pairs where the preferred response scores higher (a tie counts half)."""
+def pairwise_credit(good_scores, bad_scores) -> np.ndarray:
+  """Per pair: 1 when the preferred response scores higher, 0.5 on a tie, else 0."""
   good, bad = np.asarray(good_scores, np.float64), np.asarray(bad_scores, np.float64)
   if good.ndim != 1 or good.shape != bad.shape:
     raise ValueError(f"good and bad scores must be equal-length vectors; got {good.shape} "
                      f"and {bad.shape}")
-  credit = (good > bad) + 0.5 * (good == bad)
-  return _mean_estimate(credit, num_bootstrap, seed)
+  return (good > bad) + 0.5 * (good == bad)
+
+
+def pairwise_accuracy(good_scores, bad_scores, *, num_bootstrap=NUM_BOOTSTRAP,
+                      seed=0) -> Estimate:
+  """Fraction of pairs where the preferred response scores higher (a tie counts half)."""
+  return _mean_estimate(pairwise_credit(good_scores, bad_scores), num_bootstrap, seed)
+
+
+def preference_pair(scores, gold) -> tuple[float, float]:
+  """(good score, bad score) of a preference item: its first gold-1 and first gold-0 candidate."""
+  good = next(s for s, y in zip(scores, gold) if y == 1)
+  bad = next(s for s, y in zip(scores, gold) if y == 0)
+  return float(good), float(bad)
+
+
+CREDIT_METRICS = ("accuracy", "two_best_accuracy", "pairwise_accuracy")
+
+
+def item_credit(metric: str, scores: Sequence[float], gold: Sequence[int]) -> float:
+  """One item's credit in `metric` (a CREDIT_METRICS name, or a group's "accuracy/C+E"): the one
+  per-item definition behind metrics.json, scripts.compare and scripts.analyze, ties included."""
+  base = metric.partition("/")[0]
+  if base == "pairwise_accuracy":
+    good, bad = preference_pair(scores, gold)
+    return float(pairwise_credit([good], [bad])[0])
+  if base not in ("accuracy", "two_best_accuracy"):
+    raise ValueError(f"no per-item credit for metric {metric!r}; these have one: {', '.join(CREDIT_METRICS)}")
+  return float(top_k_credit([scores], [gold], 2 if base == "two_best_accuracy" else 1)[0])
+
+
+def item_groups(target: Mapping[str, Any]) -> set[str]:
+  """The pair-type groups an ASQ item counts in (accuracy/GROUP): its "|"-joined `pair_groups`
+  when the record has that field, even empty; only a record without it (the TFDS task's) falls
+  back on its one `pair_type`. (Falling back whenever `pair_groups` was empty put 8 real items
+  typed G by the first round into the second round's group: metrics.json and scripts.analyze
+  then counted different items.)"""
+  joined = target["pair_groups"] if "pair_groups" in target else target.get("pair_type")
+  if isinstance(joined, bytes):
+    joined = joined.decode()
+  return set(filter(None, (joined or "").split("|")))
 
 
 def _spearman_rows(x, y, axis=-1):
@@ -188,12 +226,11 @@ def asq_metric_fn(targets, scores) -> dict[str, float]:
   """seqio score metric: accuracy, and accuracy per annotated pair type when known.
 
   The ASQ pair groups overlap (C+C and L+{U,I} lie inside C+{C,I}); an item counts in
-  every group listed in its "|"-joined `pair_groups`, else in its one `pair_type`.
+  every group `item_groups` gives it.
   """
   s, y, mask = _stack_candidates(targets, scores)
   out = _flatten("accuracy", accuracy(s, y, mask=mask))
-  groups = [set(filter(None, (t.get("pair_groups") or t.get("pair_type") or "").split("|")))
-            for t in targets]
+  groups = [item_groups(t) for t in targets]
   for pair_type in sorted(set().union(*groups)):
     rows = np.asarray([pair_type in g for g in groups])
     out.update(_flatten(f"accuracy/{pair_type}", accuracy(s[rows], y[rows], mask=mask[rows])))
@@ -235,8 +272,7 @@ def preference_metric_fn(targets, scores, *, ranked: bool = False) -> dict[str, 
   (`heap.Criterion.ranked`); summarize-from-feedback and the other criteria: accuracy only.
   """
   s, y, _ = _stack_candidates(targets, scores)
-  good = np.asarray([row[gold == 1][0] for row, gold in zip(s, y)])
-  bad = np.asarray([row[gold == 0][0] for row, gold in zip(s, y)])
+  good, bad = np.asarray([preference_pair(row, gold) for row, gold in zip(s, y)]).reshape(-1, 2).T
   out = _flatten("pairwise_accuracy", pairwise_accuracy(good, bad))
   if not ranked:
     return out

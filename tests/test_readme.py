@@ -591,7 +591,7 @@ def check_baseline(ws: Workspace, command: str, result) -> None:
 
 
 def check_comparison(ws: Workspace, command: str, result) -> None:
-  """Each baseline beside the model on its own task: a paired bootstrap and McNemar for each pair."""
+  """Each baseline beside the model on its own task: a paired bootstrap and a second paired test for each pair."""
   assert_ran(result)
   out = ws.path(command.split("--out=")[1].split()[0])
   comparison = json.loads((out / "comparison.json").read_text())
@@ -599,7 +599,7 @@ def check_comparison(ws: Workspace, command: str, result) -> None:
   assert {("timedial_cloze_full", "two_best_accuracy", "model", "overlap"),
           ("asq_intent_cloze", "accuracy", "model", "similarity")} <= pairs, sorted(pairs)
   for d in comparison["differences"]:
-    assert 0 <= d["p_bootstrap"] <= 1 and 0 <= d["p_mcnemar"] <= 1 and d["low"] <= d["difference"] <= d["high"], d
+    assert 0 <= d["p_bootstrap"] <= 1 and 0 <= d["p_test"] <= 1 and d["low"] <= d["difference"] <= d["high"], d
   assert all((out / name).is_file() for name in ("comparison.md", "comparison.tex", "report.html"))
   assert f"wrote {out / 'report.html'} and comparison.json, .md, .tex in" in result.stdout, result.stdout
 

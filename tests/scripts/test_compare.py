@@ -1,7 +1,9 @@
-"""scripts.compare: paired bootstrap and McNemar checked against direct computations, and the command
+"""scripts.compare: paired bootstrap, McNemar and the paired permutation test checked against direct
+computations and cases whose answer is known, and the command
 end to end on the quickstart baselines (TimeDial overlap, ASQ similarity, summary length) against
 the same baselines with their scores reversed.
 """
+import itertools
 import json
 import math
 import pathlib
@@ -72,7 +74,10 @@ def test_identical_systems_differ_by_nothing_and_a_dominant_one_is_significant()
   a = [1, 0, 0.5, 1, 0] * 4
   same = compare.paired_bootstrap(a, a, num_bootstrap=200, seed=0)
   assert (same["difference"], same["low"], same["high"], same["p"]) == (0, 0, 0, 1)
-  assert compare.mcnemar_exact(a, a) == {"a_better": 0, "b_better": 0, "p": 1.0}
+  assert compare.second_test(a, a, 500, 0) == {"test": "paired permutation", "a_better": 0, "b_better": 0, "p": 1.0}
+  zero_one = [1, 0, 0, 1] * 5
+  assert compare.second_test(zero_one, zero_one, 500, 0) == {"test": "McNemar exact", "a_better": 0,
+                                                              "b_better": 0, "p": 1.0}
 
   swapped = compare.paired_bootstrap([1 / 3, 2 / 3, 0, 1], [2 / 3, 1 / 3, 1, 0], num_bootstrap=200, seed=0)
   assert (swapped["difference"], swapped["p"]) == (0, 1)  # equal means, different items
@@ -80,9 +85,37 @@ def test_identical_systems_differ_by_nothing_and_a_dominant_one_is_significant()
   right, wrong = [1] * 20, [0] * 20
   dominant = compare.paired_bootstrap(right, wrong, num_bootstrap=200, seed=0)
   assert (dominant["difference"], dominant["p"]) == (1, 0)
-  assert compare.mcnemar_exact(right, wrong)["p"] == pytest.approx(2 / 2 ** 20)
-  # A tie's half credit (t5_tasks.metrics) counts for the system with more credit.
-  assert compare.mcnemar_exact([0.5, 1, 0], [0, 0.5, 0])["a_better"] == 2
+  assert compare.second_test(right, wrong, 500, 0)["p"] == pytest.approx(2 / 2 ** 20)
+  # A clearly worse system with a tie's partial credit: the smallest p 999 sign flips can give.
+  assert compare.second_test([1] * 20 + [0.5] * 20, [0.25] * 40, 999, 0)["p"] == pytest.approx(1 / 1000)
+  with pytest.raises(ValueError, match="McNemar's test needs 0/1 credit"):
+    compare.mcnemar_exact([0.5, 1, 0], [0, 0.5, 0])
+
+
+def _permutation_by_hand(a, b):
+  """Exact two-sided paired permutation p: every one of the 2^n sign patterns of the differences."""
+  d = [x - y for x, y in zip(a, b)]
+  observed = abs(sum(d))
+  patterns = [[s * x for s, x in zip(signs, d)] for signs in itertools.product((-1, 1), repeat=len(d))]
+  return sum(abs(sum(p)) >= observed - 1e-12 for p in patterns) / len(patterns)
+
+
+def test_tie_heavy_system_gets_the_permutation_test_and_counts_in_the_differences_sign():
+  # 4-candidate items: A right on 30 of 100 and wrong elsewhere; B scores every candidate alike
+  # (credit 1/4 each). A is better by 0.05, though B gets more credit than A on 70 items: counting
+  # items (the old "B better") had the opposite sign of the difference.
+  a, b = [1.0] * 30 + [0.0] * 70, [0.25] * 100
+  test = compare.second_test(a, b, num_permutations=4000, seed=0)
+  assert test["test"] == "paired permutation"
+  assert (test["a_better"], test["b_better"]) == (22.5, 17.5)
+  assert test["a_better"] - test["b_better"] == pytest.approx(len(a) * (np.mean(a) - np.mean(b)))
+  assert np.sign(test["a_better"] - test["b_better"]) == np.sign(compare.paired_bootstrap(a, b, 200, 0)["difference"])
+  assert compare.second_test(b, a, 4000, 0)["b_better"] == 22.5
+  # Against the exact permutation distribution on a case small enough to enumerate (2^12 patterns).
+  small_a, small_b = [1, 1, 1, 0.5, 1, 0, 1, 1, 0.5, 1, 0, 1], [0.5, 0, 1, 0.5, 0, 0, 0.5, 1, 0, 0, 1, 0.5]
+  exact = _permutation_by_hand(small_a, small_b)
+  estimate = compare.paired_permutation(small_a, small_b, num_permutations=20000, seed=1)["p"]
+  assert 0.01 < exact < 0.5 and estimate == pytest.approx(exact, abs=0.01)
 
 
 def test_pairwise_credit_is_pairwise_accuracy_per_item():
@@ -90,7 +123,7 @@ def test_pairwise_credit_is_pairwise_accuracy_per_item():
   rng = np.random.default_rng(0)
   scores = rng.integers(0, 3, size=(40, 2)).astype(float)  # many ties
   gold = [[1, 0] if g else [0, 1] for g in rng.integers(0, 2, size=40)]
-  credit = [compare.pairwise_credit(s, y) for s, y in zip(scores, gold)]
+  credit = compare.item_credit("pairwise_accuracy", [{"scores": s, "gold": y} for s, y in zip(scores, gold)])
   good = [s[y.index(1)] for s, y in zip(scores, gold)]
   bad = [s[y.index(0)] for s, y in zip(scores, gold)]
   assert np.mean(credit) == pytest.approx(metrics.pairwise_accuracy(good, bad, num_bootstrap=10).value)
@@ -183,15 +216,19 @@ def test_compare_command_reports_the_same_numbers_everywhere(systems, tmp_path):
                                                   - values[(task, metric, "reversed")]["value"])
     assert flipped["low"] <= flipped["difference"] <= flipped["high"]
     same = differences[(task, metric, "baseline", "copy")]
-    assert (same["difference"], same["p_bootstrap"], same["a_better"], same["p_mcnemar"]) == (0, 1, 0, 1)
-  # McNemar's discordant items, by hand: top-1 credit with ties broken at random.
+    assert (same["difference"], same["p_bootstrap"], same["a_better"], same["p_test"]) == (0, 1, 0, 1)
+  # The credit each system gains over the other, by hand: top-1 credit with ties broken at random.
   credit = {name: [_credit(r["scores"], r["gold"]) for r in _records(directory)
                    if r["task"] == "timedial_cloze_full"] for name, directory in systems.items()}
   timedial = differences[("timedial_cloze_full", "accuracy", "baseline", "reversed")]
   pairs = list(zip(credit["baseline"], credit["reversed"]))
-  assert timedial["a_better"] == sum(a > b for a, b in pairs)
-  assert timedial["b_better"] == sum(b > a for a, b in pairs)
+  partial = any(x not in (0, 1) for pair in pairs for x in pair)
+  assert timedial["test"] == ("paired permutation" if partial else "McNemar exact")
+  assert timedial["a_better"] == pytest.approx(sum(max(a - b, 0) for a, b in pairs))
+  assert timedial["b_better"] == pytest.approx(sum(max(b - a, 0) for a, b in pairs))
   assert timedial["a_better"] + timedial["b_better"] > 0
+  for d in comparison["differences"]:  # the counts' sign is the difference's, in every row
+    assert np.sign(round(d["a_better"] - d["b_better"], 9)) == np.sign(d["difference"]), d
   # The items the two disagree on: every discordant item counted, the first ones by id listed with
   # both systems' scores of every candidate, as each system's predictions.jsonl has them.
   baseline_records = [r for r in _records(systems["baseline"]) if r["task"] == "timedial_cloze_full"]
@@ -215,9 +252,9 @@ def test_compare_command_reports_the_same_numbers_everywhere(systems, tmp_path):
   for d in comparison["differences"]:
     cell = f"{_fmt(d['difference'])} [{_fmt(d['low'])}, {_fmt(d['high'])}]"
     row = [d["task"], d["metric"], d["a"], d["b"], str(d["items"]), cell, _fmt(d["p_bootstrap"]),
-           f"{d['a_better']} / {d['b_better']}", _fmt(d["p_mcnemar"])]
+           compare.better_cell(d), d["test"], _fmt(d["p_test"])]
     assert "| " + " | ".join(row) + " |" in md
-    assert cell in page and cell.replace(" [", r"\ [") in tex and f"${_fmt(d['p_mcnemar'])}$" in tex
+    assert cell in page and cell.replace(" [", r"\ [") in tex and f"${_fmt(d['p_test'])}$" in tex
   assert r"\toprule" in tex and r"\bottomrule" in tex and r"asq\_intent\_cloze" in tex
   assert len(list(tmp_path.glob("plot_*.png"))) == len(keys)
   assert "asq_intent_cloze: accuracy/C+E" in page

@@ -100,6 +100,31 @@ def test_asq_metric_fn_by_overlapping_pair_groups():
   assert out["accuracy/C+C"] == 0.0
 
 
+
+def test_an_item_in_no_group_stays_out_even_when_a_later_round_typed_it():
+  # The record of an item the first round typed G (no group) that the second round typed C+C:
+  # its pair_groups is empty and its pair_type "C+C". It counts in no group (scripts.analyze
+  # breaks systems down by the first round's types); only a record without pair_groups (the
+  # TFDS task's) is grouped by its pair_type.
+  assert metrics.item_groups({"pair_groups": "", "pair_type": "C+C"}) == set()
+  assert metrics.item_groups({"pair_type": "C+C"}) == {"C+C"}
+  assert metrics.item_groups({"pair_groups": b"C+{C,I}|C+C"}) == {"C+{C,I}", "C+C"}
+  out = metrics.asq_metric_fn([{"candidate_labels": [1, 0], "pair_groups": "", "pair_type": "C+C"},
+                               {"candidate_labels": [1, 0], "pair_groups": "C+E", "pair_type": "C+E"}],
+                              [[1.0, 0.0], [1.0, 0.0]])
+  assert "accuracy/C+C" not in out and out["accuracy/C+E"] == 1.0
+
+
+def test_item_credit_is_each_metric_item_by_item():
+  # SCORES' rows: both correct on top; best correct and second wrong; all four tied.
+  for metric, expected in (("accuracy", [1, 1, 1 / 2]), ("accuracy/C+E", [1, 1, 1 / 2]),
+                           ("two_best_accuracy", [1, 0, 1 / 6])):
+    assert [metrics.item_credit(metric, s, y) for s, y in zip(SCORES, LABELS)] == pytest.approx(expected)
+  assert [metrics.item_credit("pairwise_accuracy", s, y) for s, y in
+          (([2.0, 1.0], [1, 0]), ([2.0, 2.0], [0, 1]), ([2.0, 1.0], [0, 1]))] == [1, 0.5, 0]
+  with pytest.raises(ValueError, match="no per-item credit for metric 'spearman'"):
+    metrics.item_credit("spearman", [1.0, 0.0], [1, 0])
+
 # Two contexts of a ranked criterion: each output's human score, and each pair compared; an
 # output is in several comparisons ("A" of c1 in three), and "A" of c2 is another output.
 HUMAN = {("c1", "A"): 3.0, ("c1", "B"): 2.0, ("c1", "C"): 1.0, ("c1", "D"): 0.0,
