@@ -177,11 +177,30 @@ def _print_preflight(model_config, mesh, *, batch_size, feature_lengths, device_
   run_preflight.check(model_config, **settings)
 
 
-def _record_data_files(model_dir, name, split) -> None:
-  """Writes MODEL_DIR/data_files.json: what each training task read (files, sizes, sha256)."""
+def _data_record(name, split) -> dict:
+  """What each training task reads (files by content, examples, the tasks' configuration), as
+  MODEL_DIR/data_files.json keeps it."""
   record = {"mixture_or_task_name": name, "split": split,
             "tasks": {task.name: data.source_provenance(task) for task in data.tasks_with_split(name, split)}}
-  storage.write_text(run_dir.RunDir(model_dir).data_files, json.dumps(record, indent=2) + "\n")
+  return json.loads(json.dumps(record))
+
+
+def _check_data_record(model_dir, record: dict) -> None:
+  """Refuses to resume a run's checkpoints on other data than its data_files.json records, naming
+  each differing field with both values, before anything compiles or is written: the batches
+  after the checkpoint would come from another stream. Files are compared by content, so a run
+  copied elsewhere with its data resumes; fields a record predates are not compared."""
+  layout = run_dir.RunDir(model_dir)
+  if not storage.exists(layout.data_files) or not any(n.isdigit() for n in storage.list_names(layout.checkpoints)):
+    return
+  recorded = json.loads(storage.read_text(layout.data_files))
+  changed = data.identity_differences(data.content_identity(recorded), data.content_identity(record),
+                                      only_recorded=True)
+  if changed:
+    raise ValueError(f"MODEL_DIR {model_dir} holds a run trained on other data; fields that differ from "
+                     f"{layout.data_files}: {'; '.join(changed[:4])}"
+                     + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
+                     + "; bind the run's data and settings again, or name a new MODEL_DIR")
 
 
 def _log_interval(log_every: int, train_steps: int) -> int:
@@ -251,6 +270,10 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   if batch_source is None:
     _print_mixture(mixture_or_task_name, split)
     data.require_examples(data.tasks_with_split(mixture_or_task_name, split), split)
+    data_record = _data_record(mixture_or_task_name, split)
+    _check_data_record(model_dir, data_record)
+  if normalize_reward_task is not None:  # its references are read after the last step: check them before the first
+    data.require_examples(data.tasks_with_split(normalize_reward_task, normalize_reward_split), normalize_reward_split)
   if compilation_cache_dir:
     jax.config.update("jax_compilation_cache_dir", compilation_cache_dir)
   rules = partitioning.as_rules(logical_axis_rules)
@@ -269,7 +292,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
     if run_config is not None:
       outputs.write_run_config(model_dir, run_config)
     if batch_source is None:
-      _record_data_files(model_dir, mixture_or_task_name, split)
+      storage.write_text(run_dir.RunDir(model_dir).data_files, json.dumps(data_record, indent=2) + "\n")
   if step:
     print(f"resuming from the checkpoint of step {step} in {model_dir}", flush=True)
   if evaluation is not None:

@@ -21,7 +21,6 @@ import storage
 from t5_tasks import metrics
 from t5_tasks import preprocessors
 from t5_tasks import temporal_tagger
-from t5_tasks import vocab
 from t5_tasks.sources import asq
 from t5_tasks.sources import heap
 from t5_tasks.sources import records
@@ -256,9 +255,8 @@ def reference_filter(max_post_tokens: int | None = None, min_summary_tokens: int
                      max_summary_tokens: int | None = None):
   """(max_post_tokens, min_summary_tokens, max_summary_tokens) for the TL;DR references; None: no limit.
 
-  Counted in tokens of the tasks' vocabulary (`vocab.get_vocabulary`) when the dataset is built.
-  The paper's TL;DR filters (appendix A) are 512, 24 and 48 GPT-2 BPE tokens; bytes
-  (ByteVocabulary) are several per BPE token, so those numbers fit SentencePiece, not bytes.
+  The paper's TL;DR filters (appendix A) are 512, 24 and 48 GPT-2 BPE tokens; they are counted
+  in the same unit whatever the tasks' vocabulary (`summarize_references.paper_token_count`).
   """
   return max_post_tokens, min_summary_tokens, max_summary_tokens
 
@@ -301,7 +299,7 @@ def sft_examples(files: Files) -> Examples:
       if split not in SPLITS:
         raise ValueError(f"summarize_references is bound under {key!r}; use 'all' or one of {SPLITS}")
       pairs.setdefault((r.id, r.summary), (split, r))
-  count = preprocessors.token_counter(vocab.get_vocabulary())
+  count = summarize_references.paper_token_count
   out = {split: [] for split in SPLITS}
   rejected = collections.Counter()
   for (post_id, summary), (split, r) in pairs.items():
@@ -311,9 +309,12 @@ def sft_examples(files: Files) -> Examples:
       continue
     out[split].append(dict(id=post_id, subreddit=r.subreddit, title=r.title, post=r.post,
                            candidates=[summary], candidate_labels=[1], candidate_scores=[1.0]))
-  print(f"summarize_feedback_sft: {len(pairs)} references ({from_comparisons} from comparisons), "
-        f"filtered out {sum(rejected.values())}"
-        + "".join(f"; {reason}: {n}" for reason, n in sorted(rejected.items())), flush=True)
+  counts = (f"{len(pairs)} references ({from_comparisons} from comparisons), filtered out "
+            f"{sum(rejected.values())}" + "".join(f"; {reason}: {n}" for reason, n in sorted(rejected.items())))
+  if pairs and rejected.total() == len(pairs):
+    raise ValueError(f"summarize_feedback_sft: t5_tasks.families.reference_filter {reference_filter()} "
+                     f"leaves no reference: {counts}")
+  print(f"summarize_feedback_sft: {counts}", flush=True)
   return out
 
 

@@ -10,6 +10,7 @@ CNN/DM article has `article` instead of `post` and no `subreddit` or `title`, as
 comparisons (`summarize_feedback`). The comparisons' own `ref` summaries need no such file.
 """
 import dataclasses
+import re
 
 from t5_tasks.sources import records
 
@@ -38,6 +39,21 @@ def _parse(where: records.Where, row) -> ReferenceSummary:
       summary=where.string(row, "summary"),
       split=where.choice(row, "split", SPLITS) if "split" in row else "train",
   )
+
+
+# Appendix A filters TL;DR posts (over 512 tokens) and references (under 24 or over 48 tokens) in
+# GPT-2 BPE tokens. That vocabulary is not shipped, and the tasks' own (bytes, SentencePiece) would
+# make the same limits mean different texts (24 bytes is a few words), so the filters count the
+# pieces GPT-2 splits text into before BPE, which never merges across letters, digits and other
+# symbols (Radford et al. 2019, §2.2): contractions, runs of letters, of digits, of other symbols.
+# BPE makes each piece at least one token and a common English word exactly one, so the count is
+# the paper's from below, and close to it on everyday English. It needs no vocabulary file.
+_BPE_PIECES = re.compile(r"'(?:s|t|re|ve|m|ll|d)|[^\W\d_]+|\d+|(?:[^\s\w]|_)+")
+
+
+def paper_token_count(text: str) -> int:
+  """Appendix A's length of `text`: its GPT-2 pre-tokenization pieces (see `_BPE_PIECES`)."""
+  return len(_BPE_PIECES.findall(text))
 
 
 def read_references(path, *, skip_invalid: bool = False

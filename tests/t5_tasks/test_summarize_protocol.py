@@ -116,12 +116,19 @@ def test_the_sft_task_trains_on_the_query_and_the_reference():
   assert ex["targets_pretokenized"].decode() == reference["summary"]
 
 
-def test_reference_filters_count_tokens_of_the_vocabulary_and_say_how_many(bind, capsys):
-  max_post, low, high = 250, 80, 97
-  bind("t5_tasks.families.reference_filter.max_post_tokens", max_post)
-  bind("t5_tasks.families.reference_filter.min_summary_tokens", low)
-  bind("t5_tasks.families.reference_filter.max_summary_tokens", high)
-  out = families.sft_examples(QUICKSTART)
+def test_appendix_a_tokens_are_gpt2_pieces_whatever_the_vocabulary():
+  # Counted by hand: GPT-2 splits contractions, letters, digits and other symbols apart before BPE.
+  count = summarize_references.paper_token_count
+  assert count("Can't make myself write my master's thesis.") == 10  # Can 't ... master 's thesis .
+  assert count(" New job, $7k car loan at 6%") == 11  # New job , $ 7 k car loan at 6 %
+  assert count("well...ok!? snake_case") == 7  # well ... ok !? snake _ case
+  assert count("") == 0 and count("  \n ") == 0
+  text = "Rescue dog barks at men; training or a behaviourist?"
+  assert count(text) == 11 != len(BYTES.encode(text))  # 9 words, ";" and "?"; 52 bytes
+
+
+def test_reference_filters_count_appendix_a_tokens_and_say_how_many(bind, capsys):
+  count = summarize_references.paper_token_count
   unfiltered = {}
   for row in _rows(COMPARISONS):
     for s in row["summaries"]:
@@ -129,12 +136,25 @@ def test_reference_filters_count_tokens_of_the_vocabulary_and_say_how_many(bind,
         unfiltered[(row["info"]["id"], s["text"])] = (row["info"]["subreddit"], row["info"]["post"])
   for row in _rows(REFERENCES):
     unfiltered[(row["id"], row["summary"])] = (row.get("subreddit", ""), row.get("post", row.get("article")))
-  # ByteVocabulary: one token per UTF-8 byte. News articles have no post limit.
+  # The quickstart references are TL;DRs of the paper's length: appendix A's filters keep them all.
+  assert all(24 <= count(summary) <= 48 and count(post) <= 512 for (_, summary), (_, post) in unfiltered.items())
+  max_post, low, high = 60, 28, 34
+  bind("t5_tasks.families.reference_filter.max_post_tokens", max_post)
+  bind("t5_tasks.families.reference_filter.min_summary_tokens", low)
+  bind("t5_tasks.families.reference_filter.max_summary_tokens", high)
+  out = families.sft_examples(QUICKSTART)
+  # News articles have no post limit.
   kept = {key for key, (subreddit, post) in unfiltered.items()
-          if (not subreddit or len(post.encode()) <= max_post) and low <= len(key[1].encode()) <= high}
+          if (not subreddit or count(post) <= max_post) and low <= count(key[1]) <= high}
   assert {(ex["id"], ex["candidates"][0]) for examples in out.values() for ex in examples} == kept
   assert 0 < len(kept) < len(unfiltered) and ("cnn_qsref03", _rows(REFERENCES)[2]["summary"]) in kept
   assert f"filtered out {len(unfiltered) - len(kept)}; post over {max_post} tokens: " in capsys.readouterr().out
+  # A filter that leaves nothing stops the dataset, naming the filter and the counts.
+  bind("t5_tasks.families.reference_filter.min_summary_tokens", 49)
+  with pytest.raises(ValueError, match=r"^summarize_feedback_sft: t5_tasks.families.reference_filter "
+                                       r"\(60, 49, 34\) leaves no reference: 12 references \(6 from comparisons\), "
+                                       r"filtered out 12; post over 60 tokens: \d+; summary under 49 tokens: \d+$"):
+    families.sft_examples(QUICKSTART)
 
 
 def test_the_references_reader_names_file_line_and_field(tmp_path):
