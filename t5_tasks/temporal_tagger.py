@@ -2,10 +2,14 @@
 
 The tagger finds durations ("two and a half hours"), clock times ("7:30 pm"), dates
 ("May 5th, 2019"), ages ("twenty-five years old") and frequencies ("twice a week"), written
-with numerals or number words. Weak supervision as TimeDial §4.1.1 makes it (Qin et al. 2021):
-each tagged span of an unlabeled dialog is masked in turn, and 3 negatives are drawn at random
-from the dialog's other spans (Table 4); dialogs are split into train and validation, and those
-that are TimeDial test dialogs are left out.
+with numerals or number words, and, as SUTime does (TimeDial §3.1 and §4.3 tag with it), the
+non-numeric expressions: seasons ("summer"), parts of the day ("tonight", "this morning"),
+relative dates ("tomorrow", "last week", weekdays) and the present ("right now").
+Weak supervision as TimeDial §4.1.1 makes it (Qin et al. 2021): each tagged span of an
+unlabeled dialog is masked in turn, and 3 negatives are drawn at random from the dialog's other
+spans, topped up from the corpus's pool of spans when the dialog has fewer (Table 4's "# spans",
+the pool negatives are drawn from); dialogs are split into train and validation, and those that
+are TimeDial test dialogs are left out.
 """
 import collections
 import dataclasses
@@ -42,6 +46,8 @@ _DAY = rf"(?:\d{{1,2}}(?:st|nd|rd|th)?|{_ORDINAL_WORD})"
 _YEAR = r"(?:1[89]\d\d|20\d\d)"
 _CLOCK_WORD = rf"(?:\d{{1,2}}|{'|'.join(reversed(_SMALL[1:13]))})"
 _AMPM = r"(?:a\.m\.|p\.m\.|am\b|pm\b)"
+_WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?"
+_PART_OF_DAY = r"(?:mornings?|afternoons?|evenings?|nights?)"
 
 # Ordered by priority: on overlapping matches the longest wins, then the earliest rule here.
 # A group named "span" marks the expression inside a wider match (a bare year needs a cue).
@@ -64,6 +70,20 @@ _PATTERNS = (
     ("date", rf"\b(?:in|since|by|until|of|from|before|after)\s+(?P<span>(?:the\s+)?{_YEAR}s?)\b"),
     ("duration", rf"\b{_QUANTITY}{_AND_HALF}[\s-]+{_UNIT}{_AND_HALF}\b"),
     ("duration", rf"\b(?:{_DIGITS}|{_WORD_NUMBER})\s+second\b"),
+    # Non-numeric expressions (SUTime's seasons, parts of the day, relative dates, PRESENT_REF).
+    ("frequency", rf"\bevery\s+(?:{_PART_OF_DAY}|{_WEEKDAY})\b"),
+    ("season", rf"\b(?:(?:this|last|next|early|late)\s+)?(?:summer|winter|spring|autumn)s?\b"),
+    ("season", r"\b(?:this|last|next)\s+fall\b"),  # a bare "fall" is nearly always the verb
+    ("season", r"\b(?:in|during)\s+the\s+(?P<span>fall)\b"),
+    ("part_of_day", r"\b(?:tonight|midnight|noon)\b"),
+    # "Good morning" and "good night" are greetings, not times.
+    ("part_of_day", rf"\b(?<!good )(?:(?:this|tomorrow|yesterday|last|{_WEEKDAY})\s+)?{_PART_OF_DAY}\b"),
+    ("relative_date", r"\b(?:the\s+day\s+(?:after|before)\s+)?(?:today|tomorrow|yesterday)\b"),
+    ("relative_date", rf"\b(?:this|last|next|coming|following|previous)\s+"
+                      rf"(?:week|weekend|month|year|semester|{_WEEKDAY})\b"),
+    ("relative_date", r"\bthe\s+weekend\b"),
+    ("relative_date", rf"\b{_WEEKDAY}\b"),
+    ("present", r"\b(?:right\s+|just\s+)?now\b"),
 )
 _COMPILED = tuple((category, re.compile(pattern, re.IGNORECASE)) for category, pattern in _PATTERNS)
 
@@ -73,7 +93,8 @@ class TemporalSpan:
   start: int
   end: int
   text: str
-  category: str  # duration, time, date, age or frequency
+  # duration, time, date, age, frequency; non-numeric: season, part_of_day, relative_date, present
+  category: str
 
 
 def tag(text: str) -> list[TemporalSpan]:
@@ -102,25 +123,68 @@ class MaskedDialog:
   candidate_rules: tuple[str, ...]  # "" for a correct candidate
 
 
-def weak_supervision_items(dialog_id: str, conversation: Sequence[str], *,
+@dataclasses.dataclass(frozen=True)
+class SpanPool:
+  """The distinct spans (case-insensitive) of a corpus, in a fixed order: where a dialog with
+  fewer than `num_negatives` other spans draws the rest of its negatives (TimeDial Table 4's
+  "# spans": 2,153 for DailyDialog, 38,750 for Meena)."""
+  spans: tuple[TemporalSpan, ...] = ()
+
+  def __post_init__(self):
+    object.__setattr__(self, "_texts", frozenset(span.text.lower() for span in self.spans))
+
+  def __len__(self):
+    return len(self.spans)
+
+  def draw(self, count: int, taken: set[str], rng: random.Random) -> list[TemporalSpan]:
+    """Up to `count` spans whose texts are not in `taken` (lower-case), each once, at random.
+    Drawn by rejection: a pool holds thousands of spans and `taken` a few."""
+    count = min(count, len(self.spans) - len(self._texts & taken))
+    drawn, taken = [], set(taken)
+    while len(drawn) < count:
+      span = self.spans[rng.randrange(len(self.spans))]
+      if span.text.lower() not in taken:
+        taken.add(span.text.lower())
+        drawn.append(span)
+    return drawn
+
+
+def span_pool(dialogs: Iterable[tuple[str, Sequence[str]]]) -> SpanPool:
+  """The pool of every span tagged in `dialogs`: one span per lower-cased text (the first of its
+  spellings in sorted order), sorted, so the pool does not depend on the dialogs' order."""
+  spellings = {}
+  for _, conversation in dialogs:
+    for turn in conversation:
+      for span in tag(turn):
+        key = span.text.lower()
+        spellings[key] = min(spellings.get(key, span), span, key=lambda s: (s.text, s.category))
+  return SpanPool(tuple(TemporalSpan(0, len(s.text), s.text, s.category)
+                        for _, s in sorted(spellings.items())))
+
+
+def weak_supervision_items(dialog_id: str, conversation: Sequence[str], *, pool: SpanPool = SpanPool(),
                            num_negatives: int = NUM_NEGATIVES, seed: int = 0) -> list[MaskedDialog]:
   """One item per tagged span: the span masked, up to `num_negatives` of the dialog's other
-  spans drawn at random as negatives (seeded by `seed` and the dialog's id, so reproducible).
+  spans drawn at random as negatives (§4.1.1), and when the dialog has fewer, the rest drawn from
+  `pool` (seeded by `seed` and the dialog's id, so reproducible).
 
   A span whose text repeats the answer (case-insensitive) is never a negative, nor are two
-  negatives the same text; a span without any other span to draw from makes no item.
+  negatives the same text; a span left with no negative at all (a dialog with one distinct span
+  and an empty pool) makes no item. Pool negatives' rules read `weak/pool/<category>`.
   """
   tagged = [(turn, span) for turn, text in enumerate(conversation) for span in tag(text)]
   rng = random.Random(f"{seed}/{dialog_id}")
   items = []
   for turn, span in tagged:
-    pool, seen = [], {span.text.lower()}
+    own, seen = [], {span.text.lower()}
     for _, other in tagged:
       if other.text.lower() not in seen:
         seen.add(other.text.lower())
-        pool.append(other)
-    negatives = rng.sample(pool, min(num_negatives, len(pool)))
-    if not negatives:
+        own.append(other)
+    negatives = rng.sample(own, min(num_negatives, len(own)))
+    taken = {span.text.lower()} | {n.text.lower() for n in negatives}
+    from_pool = pool.draw(num_negatives - len(negatives), taken, rng)
+    if not negatives and not from_pool:
       continue
     masked = list(conversation)
     masked[turn] = masked[turn][:span.start] + MASK + masked[turn][span.end:]
@@ -128,9 +192,10 @@ def weak_supervision_items(dialog_id: str, conversation: Sequence[str], *,
         id=f"{dialog_id}/{turn}:{span.start}",
         conversation=tuple(masked),
         mask_turn=turn,
-        candidates=(span.text,) + tuple(n.text for n in negatives),
-        candidate_labels=(1,) + (0,) * len(negatives),
-        candidate_rules=("",) + tuple(f"weak/{n.category}" for n in negatives)))
+        candidates=(span.text,) + tuple(n.text for n in negatives + from_pool),
+        candidate_labels=(1,) + (0,) * (len(negatives) + len(from_pool)),
+        candidate_rules=("",) + tuple(f"weak/{n.category}" for n in negatives)
+        + tuple(f"weak/pool/{n.category}" for n in from_pool)))
   return items
 
 
@@ -208,11 +273,14 @@ def read_dialogs(path, *, skip_invalid: bool = False):
 def weak_supervision_splits(dialogs: Iterable[tuple[str, Sequence[str]]], *,
                             validation_fraction: float = VALIDATION_FRACTION, seed: int = 0,
                             **kwargs) -> dict[str, list[MaskedDialog]]:
-  """{"train": items, "validation": items} of `dialogs`, split by dialog (`split_by_dialog`)."""
+  """{"train": items, "validation": items} of `dialogs`, split by dialog (`split_by_dialog`);
+  negatives a dialog lacks come from the pool of all their spans (`span_pool`)."""
   dialogs = list(dialogs)
+  pool = span_pool(dialogs)
   splits = split_by_dialog((dialog_id for dialog_id, _ in dialogs),
                            validation_fraction=validation_fraction, seed=seed)
   out = {"train": [], "validation": []}
   for dialog_id, turns in dialogs:
-    out[splits[dialog_id]].extend(weak_supervision_items(dialog_id, turns, seed=seed, **kwargs))
+    out[splits[dialog_id]].extend(weak_supervision_items(dialog_id, turns, pool=pool, seed=seed,
+                                                         **kwargs))
   return out

@@ -11,7 +11,7 @@ POSITIVES = [
     ("It took 3 weeks to hear back.", [("3 weeks", "duration")]),
     ("Give me a few minutes to get ready.", [("a few minutes", "duration")]),
     ("Hold on, one second.", [("one second", "duration")]),
-    ("Meet me at 7:30 pm tomorrow.", [("7:30 pm", "time")]),
+    ("Meet me at 7:30 pm tomorrow.", [("7:30 pm", "time"), ("tomorrow", "relative_date")]),
     ("The store opens at 9am.", [("9am", "time")]),
     ("See you at seven o'clock.", [("seven o'clock", "time")]),
     ("The bus leaves at quarter past six.", [("quarter past six", "time")]),
@@ -28,6 +28,22 @@ POSITIVES = [
     ("We call every two weeks.", [("every two weeks", "frequency")]),
     ("I waited 45 minutes, then left at 6 pm for two days away.",
      [("45 minutes", "duration"), ("6 pm", "time"), ("two days", "duration")]),
+    # Non-numeric expressions, as SUTime tags them (TimeDial §3.1: "summer", "right now").
+    ("No, not all summer.", [("summer", "season")]),
+    ("We met last winter and again this spring.", [("last winter", "season"), ("this spring", "season")]),
+    ("The leaves turn red in the fall.", [("fall", "season")]),
+    ("I'm afraid I can't come tonight.", [("tonight", "part_of_day")]),
+    ("Let's talk tomorrow morning, not at midnight.",
+     [("tomorrow morning", "part_of_day"), ("midnight", "part_of_day")]),
+    ("I only work in the afternoon.", [("afternoon", "part_of_day")]),
+    ("I saw him yesterday, and the day after tomorrow we leave.",
+     [("yesterday", "relative_date"), ("the day after tomorrow", "relative_date")]),
+    ("It was raining all last week.", [("last week", "relative_date")]),
+    ("The shop is closed on Sundays, so come on Monday evening.",
+     [("Sundays", "relative_date"), ("Monday evening", "part_of_day")]),
+    ("I'm busy right now.", [("right now", "present")]),
+    ("We jog every morning.", [("every morning", "frequency")]),
+    ("She stayed two nights last weekend.", [("two nights", "duration"), ("last weekend", "relative_date")]),
 ]
 
 NEGATIVES = [
@@ -39,6 +55,9 @@ NEGATIVES = [
     "One of my friends called.",
     "March forward, soldiers.",
     "It costs $20 and weighs 5 kg.",
+    "Good morning, sir. Good night!",  # greetings
+    "I know you will fall for it.",  # "fall" the verb, "know" holding "now"
+    "A snowfall, knowingly, by the nightstand.",  # "fall", "now", "night" inside words
 ]
 
 
@@ -77,8 +96,57 @@ def test_weak_supervision_masks_each_span_with_other_spans_as_negatives():
              for item in items for text, rule in zip(item.candidates[1:], item.candidate_rules[1:]))
 
 
-def test_weak_supervision_skips_dialogs_without_a_negative():
+def test_weak_supervision_skips_a_span_without_any_negative():
   assert temporal_tagger.weak_supervision_items("d", ["Wait two days.", "Two days?"]) == []
+
+
+POOL_DIALOGS = [("a", ["A: Wait two days.", "B: Two days?"]),
+                ("b", ["A: See you tomorrow.", "B: Or next week, at 6 pm."]),
+                ("c", ["A: It lasted 3 hours last summer."]),
+                ("d", ["A: I called TOMORROW... I mean yesterday, twice a week."])]
+
+
+def test_span_pool_is_each_text_once_in_a_fixed_order():
+  pool = temporal_tagger.span_pool(POOL_DIALOGS)
+  texts = [span.text for span in pool.spans]
+  # "Two days"/"two days" and "tomorrow"/"TOMORROW" once each, the sorted first spelling kept.
+  assert texts == ["3 hours", "6 pm", "last summer", "next week", "TOMORROW", "twice a week",
+                   "Two days", "yesterday"]  # sorted by lower-cased text
+  assert temporal_tagger.span_pool(POOL_DIALOGS[::-1]) == pool
+
+
+def test_a_dialog_short_of_negatives_draws_them_from_the_pool():
+  pool = temporal_tagger.span_pool(POOL_DIALOGS)
+  items = temporal_tagger.weak_supervision_items("a", POOL_DIALOGS[0][1], pool=pool)
+  assert len(items) == 2  # one item per span, though the dialog has one distinct span
+  pool_texts = {span.text.lower(): span.category for span in pool.spans}
+  for item in items:
+    assert item.candidate_labels == (1, 0, 0, 0) and item.candidates[0].lower() == "two days"
+    negatives = [c.lower() for c in item.candidates[1:]]
+    assert len(set(negatives)) == 3 and "two days" not in negatives and set(negatives) <= set(pool_texts)
+    assert list(item.candidate_rules[1:]) == [f"weak/pool/{pool_texts[n]}" for n in negatives]
+  assert temporal_tagger.weak_supervision_items("a", POOL_DIALOGS[0][1], pool=pool) == items  # seeded
+  # Random, not the pool's order: over many dialogs every other text of the pool is drawn.
+  drawn = {c.lower() for i in range(40)
+           for item in temporal_tagger.weak_supervision_items(f"a{i}", POOL_DIALOGS[0][1], pool=pool)
+           for c in item.candidates[1:]}
+  assert drawn == set(pool_texts) - {"two days"}
+  # The dialog's own spans come first: "b" has 2 others for each span, the pool adds one.
+  for item in temporal_tagger.weak_supervision_items("b", POOL_DIALOGS[1][1], pool=pool):
+    rules = item.candidate_rules[1:]
+    assert [r.startswith("weak/pool/") for r in rules] == [False, False, True]
+    assert set(c.lower() for c in item.candidates) == {"tomorrow", "next week", "6 pm"} | {item.candidates[3].lower()}
+  # A pool with too few texts left gives what it has.
+  small = temporal_tagger.span_pool(POOL_DIALOGS[:1] + POOL_DIALOGS[2:3])
+  assert [len(i.candidates) for i in temporal_tagger.weak_supervision_items("a", POOL_DIALOGS[0][1],
+                                                                            pool=small)] == [3, 3]
+
+
+def test_weak_supervision_splits_give_every_span_an_item():
+  splits = temporal_tagger.weak_supervision_splits(POOL_DIALOGS, validation_fraction=0.0)
+  spans = sum(len(temporal_tagger.tag(turn)) for _, dialog in POOL_DIALOGS for turn in dialog)
+  assert splits["validation"] == [] and len(splits["train"]) == spans == 10
+  assert all(len(item.candidates) == 4 for item in splits["train"])
 
 
 def test_read_dialogs_names_the_bad_field(tmp_path):

@@ -149,7 +149,7 @@ def test_weak_supervision_draws_three_random_negatives_reproducibly():
   draws = {tuple(i.candidates for i in temporal_tagger.weak_supervision_items(dialog_id, DIALOG))
            for dialog_id in ("d1", "d2", "d3", "d4")}
   assert len(draws) > 1  # random, not a fixed order
-  # Fewer spans than negatives wanted: what there is; no other span at all: no item.
+  # Fewer spans than negatives wanted and no pool: what there is; no other span at all: no item.
   two = temporal_tagger.weak_supervision_items("d", ["Wait two days.", "Or 3 weeks."])
   assert [len(i.candidates) for i in two] == [2, 2]
   assert temporal_tagger.weak_supervision_items("d", ["Wait two days.", "Two days?"]) == []
@@ -173,16 +173,23 @@ def test_weak_supervision_task_splits_by_dialog_and_leaves_out_test_dialogs(tmp_
   # The test dialog as an unlabeled corpus would hold it: the span in place, spacing changed.
   copied = [re.sub(r"^([AB]): ", r"\1:", turn.replace("<MASK>", test_item["correct1"])).upper()
             for turn in test_item["conversation"]]
-  rows = _dialog_rows(QUICKSTART_DIALOGS) + [{"id": "copied", "conversation": copied}]
+  # A dialog with one distinct span: its negatives come from the corpus's span pool (Table 4).
+  lonely = {"id": "lonely", "conversation": ["A: Wait two days.", "B: Two days?"]}
+  rows = _dialog_rows(QUICKSTART_DIALOGS) + [lonely, {"id": "copied", "conversation": copied}]
   path = tmp_path / "dialogs.jsonl"
   path.write_text("".join(json.dumps(r) + "\n" for r in rows))
   gin_bindings(**{"t5_tasks.tasks.data_files.files": {
       "dialogs": {"all": str(path)}, "timedial": {"test": str(QUICKSTART_TEST)}}})
   task = seqio.get_mixture_or_task("timedial_weak_supervision")
-  dialogs = {}
+  dialogs, lonely_items = {}, []
   for split in ("train", "validation"):
     ds = task.get_dataset(LENGTHS, split=split, shuffle=False)
-    dialogs[split] = {ex["id"].decode().split("/")[0] for ex in ds.as_numpy_iterator()}
+    examples = list(ds.as_numpy_iterator())
+    dialogs[split] = {ex["id"].decode().split("/")[0] for ex in examples}
+    lonely_items += [ex for ex in examples if ex["id"].decode().startswith("lonely/")]
+  assert len(lonely_items) == 2  # one per span
+  assert all(len(ex["candidates"]) == 4 and list(ex["candidate_labels"]) == [1, 0, 0, 0]
+             for ex in lonely_items)
   assert "copied" not in dialogs["train"] | dialogs["validation"]
   assert not dialogs["train"] & dialogs["validation"]
   assert dialogs["train"] | dialogs["validation"] == {r["id"] for r in rows} - {"copied"}
