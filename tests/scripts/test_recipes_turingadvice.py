@@ -35,10 +35,13 @@ PAPER_TRAIN_EXAMPLES = 600_000
 PAPER_OPTIMIZER, PAPER_LOSS = "adafactor", "cross_entropy"
 # App. B.3, line 279: "for T5-3B, we finetuned for 10 epochs with a learning rate of 2e-3 and batch
 # size 128; for T5-11B, we finetuned for 5 epochs with a learning rate of 1e-3 and batch size 128."
-# §4, line 131: "T5-3B has 3 billion parameters, and T5-11B has 11 billion parameters."
+# §4, line 131: "T5-3B has 3 billion parameters, and T5-11B has 11 billion parameters": the original
+# T5 (T5 1.0; its t5x checkpoint's directory), with T5.1.1 of about the same size the alternative.
 PAPER_T5 = {
-    "t5_3b": dict(epochs=10, learning_rate=2e-3, batch_size=128, parameters=3e9, t5_1_1_size="xl"),
-    "t5_11b": dict(epochs=5, learning_rate=1e-3, batch_size=128, parameters=11e9, t5_1_1_size="xxl"),
+    "t5_3b": dict(epochs=10, learning_rate=2e-3, batch_size=128, parameters=3e9, t5_1_0_size="3b",
+                  t5x_name="t5_3B", t5_1_1_size="xl"),
+    "t5_11b": dict(epochs=5, learning_rate=1e-3, batch_size=128, parameters=11e9, t5_1_0_size="11b",
+                   t5x_name="t5_11B", t5_1_1_size="xxl"),
 }
 # App. B.4, line 283: "We use a threshold of p=.95"; no temperature (sampling from the model's
 # distribution) and no length of its own (the fine-tuning target length, 512).
@@ -46,7 +49,7 @@ PAPER_TOP_P, PAPER_TEMPERATURE = 0.95, 1.0
 # §3.1.4, line 123: "generate one piece of advice per model".
 PAPER_SAMPLES = 1
 TASK = "turingadvice_generation"
-# The paper's sizes are round ("3 billion"); T5.1.1 XL has 2.85B parameters, XXL 11.1B.
+# The paper's sizes are round ("3 billion"); T5-3B has 2.85B parameters, T5-11B 11.3B.
 PARAMETER_TOLERANCE = 0.1
 # Bytes instead of T5's SentencePiece file (a download): every other setting stays the recipe's.
 OFFLINE = ("--gin.SENTENCEPIECE_MODEL_PATH=None",)
@@ -142,13 +145,36 @@ def test_a_training_recipe_binds_the_papers_numbers(monkeypatch, tmp_path, recip
   assert config["LEARNING_RATE"] == paper["learning_rate"]
   for step in (0, seen["train_steps"] // 2, seen["train_steps"]):
     assert float(seen["schedule"](step)) == pytest.approx(paper["learning_rate"], rel=1e-6)
-  # Fine-tuned from the pretrained T5.1.1 model of the size that replaces the paper's T5.
+  # Fine-tuned from the paper's pretrained model: the original T5 of that size.
   assert seen["initial_checkpoint_path"] == (
-      f"gs://t5-data/pretrained_models/t5x/t5_1_1_{paper['t5_1_1_size']}/checkpoint_1000000")
-  # The model is the size's own T5.1.1 file (parsed alone), near the paper's parameter count.
+      f"gs://t5-data/pretrained_models/t5x/{paper['t5x_name']}/checkpoint_1000000")
+  # The model is the size's own T5 1.0 file (parsed alone), near the paper's parameter count:
+  # ReLU, the tied and rescaled output layer, and dropout as T5 was pretrained (App. B.3, line 279).
   gin.clear_config()
-  train_script.parse_gin([f"gin/models/t5_1_1/{paper['t5_1_1_size']}.gin"], [], [str(train_script.PROJECT_ROOT)])
+  train_script.parse_gin([f"gin/models/t5_1_0/{paper['t5_1_0_size']}.gin"], [], [str(train_script.PROJECT_ROOT)])
   assert seen["config"] == seen["model_config"] == gin.get_configurable(T5Config)()
+  assert seen["config"].mlp_activations == ("relu",) and seen["config"].logits_via_embedding
+  assert seen["config"].dropout_rate == 0.1
+  assert parameter_count(seen["config"]) == pytest.approx(paper["parameters"], rel=PARAMETER_TOLERANCE)
+
+
+@pytest.mark.parametrize("recipe", sorted(PAPER_T5))
+def test_a_training_recipe_takes_t5_1_1_as_its_header_says(monkeypatch, tmp_path, recipe):
+  """The named alternative: the T5.1.1 model file, dropout and checkpoint of the recipe's header,
+  after the recipe; the paper's numbers stay."""
+  paper = PAPER_T5[recipe]
+  size = paper["t5_1_1_size"]
+  checkpoint = f"gs://t5-data/pretrained_models/t5x/t5_1_1_{size}/checkpoint_1000000"
+  seen = run_training_until_start(
+      monkeypatch, [f"{RECIPES}/{recipe}.gin", f"gin/models/t5_1_1/{size}.gin"],
+      [*OFFLINE, "--gin.DROPOUT_RATE=0.1", f"--gin.INITIAL_CHECKPOINT_PATH='{checkpoint}'", "--strict_gin",
+       f"--gin.MODEL_DIR='{tmp_path / 'run'}'"])
+  assert seen["initial_checkpoint_path"] == checkpoint
+  assert (seen["batch_size"], seen["run_config"]["LEARNING_RATE"]) == (paper["batch_size"], paper["learning_rate"])
+  gin.clear_config()
+  train_script.parse_gin([f"gin/models/t5_1_1/{size}.gin"], ["DROPOUT_RATE = 0.1"], [str(train_script.PROJECT_ROOT)])
+  assert seen["config"] == gin.get_configurable(T5Config)()
+  assert seen["config"].mlp_activations == ("gelu", "linear") and not seen["config"].logits_via_embedding
   assert parameter_count(seen["config"]) == pytest.approx(paper["parameters"], rel=PARAMETER_TOLERANCE)
 
 
@@ -162,7 +188,7 @@ def test_a_training_recipe_runs_as_a_tiny_one_step_smoke_run(monkeypatch, tmp_pa
       [*OFFLINE, "--gin.INITIAL_CHECKPOINT_PATH=None", "--gin.TRAIN_STEPS=1", "--gin.BATCH_SIZE=2",
        "--strict_gin", f"--gin.MODEL_DIR='{tmp_path / 'run'}'"])
   assert (seen["train_steps"], seen["batch_size"], seen["initial_checkpoint_path"]) == (1, 2, None)
-  assert seen["config"].emb_dim == 64  # tiny.gin's, over the recipe's T5.1.1 size
+  assert seen["config"].emb_dim == 64  # tiny.gin's, over the recipe's T5 1.0 size
   assert seen["run_config"]["TASK_FEATURE_LENGTHS"] == PAPER_LENGTHS
 
 
@@ -204,7 +230,7 @@ def test_the_recipes_use_t5s_sentencepiece_vocabulary():
   # With the paths a user must give (MODEL_DIR; CHECKPOINT_PATH and INFER_OUTPUT_FILE to generate).
   for files, paths in (([f"{RECIPES}/t5_3b.gin"], ["--gin.MODEL_DIR='/runs/a'"]),
                        ([f"{RECIPES}/t5_11b.gin"], ["--gin.MODEL_DIR='/runs/b'"]),
-                       (["gin/models/t5_1_1/xxl.gin", f"{RECIPES}/generate.gin"],
+                       (["gin/models/t5_1_0/11b.gin", f"{RECIPES}/generate.gin"],
                         ["--gin.CHECKPOINT_PATH='/runs/b'", "--gin.INFER_OUTPUT_FILE='/runs/b/advice.jsonl'"])):
     parse(files, paths)
     assert macro("SENTENCEPIECE_MODEL_PATH") == "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
@@ -214,7 +240,7 @@ def test_the_recipes_use_t5s_sentencepiece_vocabulary():
 
 def test_the_validation_perplexity_command_parses():
   """Model selection by validation perplexity (line 357): the evaluation command of task.gin."""
-  parse(["gin/models/t5_1_1/xl.gin", "gin/runs/eval.gin", f"{RECIPES}/task.gin"],
+  parse(["gin/models/t5_1_0/3b.gin", "gin/runs/eval.gin", f"{RECIPES}/task.gin"],
         ["--gin.SPLIT='validation'", "--gin.CHECKPOINT_PATH='/runs/turingadvice-t5-3b'",
          "--gin.EVAL_OUTPUT_DIR='/runs/turingadvice-t5-3b/eval-validation'"])
   assert (macro("MIXTURE_OR_TASK_NAME"), macro("SPLIT"), macro("TASK_FEATURE_LENGTHS")) == (
