@@ -19,34 +19,38 @@ from typing import Mapping, Sequence
 from absl import app
 from absl import flags
 import gin
-import seqio
 
 from runner import data
 from runner import evaluate
 from runner import outputs
 from runner import report
 from scripts import console
-import t5_tasks  # pylint: disable=unused-import  (registers the tasks)
-from t5_tasks.analysis import mean_interval
-from t5_tasks.baselines import asq_similarity
-from t5_tasks.baselines import preference_heuristics
-from t5_tasks.baselines import tfidf_advice
-from t5_tasks.baselines import timedial_overlap
-from t5_tasks.sources import heap
-from t5_tasks.sources import reddit_advice
-from t5_tasks.sources import turingadvice
+from scripts import train as train_script  # one_line_errors: a bad record is one line, not a traceback
+
+# seqio and t5_tasks (TensorFlow) are imported inside the functions, once absl has started:
+# imported at the top of this file, TensorFlow's GPU probe would run in app.run with stderr open,
+# printing `failed call to cuInit` on a CPU machine (scripts/analyze.py does the same).
 
 BASELINES = ("tfidf_advice", "asq_similarity", "length", "copying", "timedial_overlap")
 ASQ_TASK = "asq_intent_cloze"
 TIMEDIAL_TASK = "timedial_cloze_full"
-# --eval_format of the preference baselines -> the task whose items they score; TuringAdvice's
-# evaluation file is HEAP's advice-helpfulness source (system advice vs the top Reddit advice).
-PREFERENCE_TASKS = {"turingadvice": "heap_ah",
-                    "summarize_feedback": "summarize_feedback_preference",
-                    **{f"heap:{a.lower()}": heap.task_name(a) for a in heap.HEAP_CRITERIA}}
-# Task -> its dataset's key in t5_tasks.tasks.data_files; these files hold every split ("all").
-SINGLE_FILE_DATASETS = {"summarize_feedback_preference": "summarize_feedback",
-                        **{heap.task_name(a): f"heap/{c.source}" for a, c in heap.HEAP_CRITERIA.items()}}
+
+
+def preference_tasks() -> dict[str, str]:
+  """--eval_format of the preference baselines -> the task whose items they score; TuringAdvice's
+  evaluation file is HEAP's advice-helpfulness source (system advice vs the top Reddit advice)."""
+  from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top
+  return {"turingadvice": "heap_ah", "summarize_feedback": "summarize_feedback_preference",
+          **{f"heap:{a.lower()}": heap.task_name(a) for a in heap.HEAP_CRITERIA}}
+
+
+def single_file_datasets() -> dict[str, str]:
+  """Task -> its dataset's key in t5_tasks.tasks.data_files; these files hold every split ("all")."""
+  from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top
+  return {"summarize_feedback_preference": "summarize_feedback",
+          **{heap.task_name(a): f"heap/{c.source}" for a, c in heap.HEAP_CRITERIA.items()}}
+
+
 DATA_FILES = "t5_tasks.tasks.data_files.files"
 
 
@@ -56,8 +60,8 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_string("eval_file", None, "Released file to evaluate on.", flag_values=fv)
   flags.DEFINE_string("train_file", None, "Training file (tfidf_advice, asq_similarity).", flag_values=fv)
   flags.DEFINE_string(
-      "eval_format", None, "length and copying: the file's format, one of " + ", ".join(PREFERENCE_TASKS)
-      + "; tfidf_advice: reddit_advice (default) or turingadvice.", flag_values=fv)
+      "eval_format", None, "length and copying: the file's format, one of turingadvice, summarize_feedback, "
+      "heap:<criterion> (heap:ah, heap:cng, ...); tfidf_advice: reddit_advice (default) or turingadvice.", flag_values=fv)
   flags.DEFINE_string(
       "eval_split", "test", "Split to evaluate, as scripts.evaluate's SPLIT (HEAP and summarize files are "
       "split as their tasks split them); tfidf_advice on RedditAdvice: the released split name.",
@@ -76,6 +80,8 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
 
 def task_examples(task_name: str, split: str, files: Mapping[str, Mapping[str, str]]):
   """(task, its examples of `split`) with the task's datasets read from `files` (data_files keys)."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  import t5_tasks  # pylint: disable=g-import-not-at-top,unused-import  # registers the tasks
   gin.bind_parameter(DATA_FILES, dict(files))
   task = seqio.get_mixture_or_task(task_name)
   examples = task.source.examples(split)
@@ -103,6 +109,7 @@ def evaluated(task, split: str, scores: Sequence[Sequence[float]], first: int = 
 
 
 def run_asq_similarity(args):
+  from t5_tasks.baselines import asq_similarity  # pylint: disable=g-import-not-at-top
   if not args.train_file and not (args.train_fraction and 0 < args.train_fraction < 1):
     raise app.UsageError("asq_similarity needs --train_file or --train_fraction in (0, 1)")
   if args.train_file and args.eval_split == "train":
@@ -125,17 +132,20 @@ def run_asq_similarity(args):
 
 
 def run_preference(args):
-  if args.eval_format not in PREFERENCE_TASKS:
-    raise app.UsageError(f"--eval_format must be one of {list(PREFERENCE_TASKS)}, got {args.eval_format!r}")
-  task_name = PREFERENCE_TASKS[args.eval_format]
+  from t5_tasks.baselines import preference_heuristics  # pylint: disable=g-import-not-at-top
+  tasks = preference_tasks()
+  if args.eval_format not in tasks:
+    raise app.UsageError(f"--eval_format must be one of {list(tasks)}, got {args.eval_format!r}")
+  task_name = tasks[args.eval_format]
   task, examples = task_examples(task_name, args.eval_split,
-                                 {SINGLE_FILE_DATASETS[task_name]: {"all": args.eval_file}})
+                                 {single_file_datasets()[task_name]: {"all": args.eval_file}})
   scorer = preference_heuristics.SCORERS[args.baseline]
   scores = [preference_heuristics.score_example(example, scorer) for example in examples]
   return evaluated(task, args.eval_split, scores)
 
 
 def run_timedial(args):
+  from t5_tasks.baselines import timedial_overlap  # pylint: disable=g-import-not-at-top
   task, examples = task_examples(TIMEDIAL_TASK, args.eval_split,
                                  {"timedial": {args.eval_split: args.eval_file}})
   scores = [timedial_overlap.score(example) for example in examples]
@@ -143,6 +153,10 @@ def run_timedial(args):
 
 
 def run_tfidf_advice(args):
+  from t5_tasks.analysis import mean_interval  # pylint: disable=g-import-not-at-top
+  from t5_tasks.baselines import tfidf_advice  # pylint: disable=g-import-not-at-top
+  from t5_tasks.sources import reddit_advice  # pylint: disable=g-import-not-at-top
+  from t5_tasks.sources import turingadvice  # pylint: disable=g-import-not-at-top
   if not args.train_file:
     raise app.UsageError("tfidf_advice needs --train_file (RedditAdvice2019 JSON lines)")
   train = [s for s in reddit_advice.read_reddit_advice(args.train_file)[0] if s.split == "train"]
@@ -196,4 +210,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  app.run(train_script.one_line_errors(main))

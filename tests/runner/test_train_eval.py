@@ -99,3 +99,22 @@ def test_settings_evaluation_cannot_use_stop_the_run_before_the_model_dir_exists
     _train(tmp_path / "run", 6, batch_source=None, mixture_or_task_name=TASK,
            eval_mixture_or_task_name=None, **overrides)
   assert not (tmp_path / "run").exists()
+
+
+def test_tasks_without_the_eval_split_are_skipped_as_scripts_evaluate_skips_them(capsys):
+  """A mixture some of whose tasks lack EVAL_SPLIT (the quickstart's ASQ has no validation split)
+  evaluates the others, naming each task left out in one line, the line scripts.evaluate prints."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  from runner import evaluate  # pylint: disable=g-import-not-at-top
+  from runner import training_evaluation  # pylint: disable=g-import-not-at-top
+
+  name = "test_train_eval_asq_and_heap_ah"
+  if name not in seqio.MixtureRegistry.names():
+    seqio.MixtureRegistry.add(name, [TASK, "heap_ah"], default_rate=1.0)
+  tasks = training_evaluation._eval_tasks(name, "validation")  # pylint: disable=protected-access
+  during_training = capsys.readouterr().out.splitlines()
+  assert [task.name for task in tasks] == ["heap_ah"]
+  # (after it, the NOTE that heap_ah reads its quickstart files, once per process)
+  assert during_training[0] == "skipping asq_intent_cloze: it has no 'validation' split (it has train, test)"
+  assert [task.name for task in evaluate.candidate_tasks(name, "validation")] == ["heap_ah"]
+  assert capsys.readouterr().out.splitlines() == during_training[:1]

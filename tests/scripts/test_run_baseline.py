@@ -5,6 +5,7 @@ task_metrics) with a scorer that replays the baseline's scores item by item; the
 the same metrics.json. Group counts and values are also checked against hand computations.
 """
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -210,3 +211,24 @@ def test_tfidf_advice_answers_a_released_split(tmp_path):
                           f"--eval_file={advice}", "--eval_split=val")
   assert len(records) == 4 and all(r["generation"] for r in records)
   assert set(metrics["advice_generation"]) == {"retrieval_similarity", "reference_similarity"}
+
+
+def test_a_bad_record_is_one_line_naming_file_record_and_field_and_a_run_prints_no_library_lines(tmp_path):
+  """As a user runs it, with the user's environment (no TF_CPP_MIN_LOG_LEVEL): a good file prints
+  the project's lines only (no `failed call to cuInit` on a CPU machine, no absl C++ lines); a
+  record without its field exits 1 with one line naming the file, the record and the field."""
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  good = subprocess.run([sys.executable, "-m", "scripts.run_baseline", "--baseline=timedial_overlap",
+                         f"--eval_file={DATA / 'timedial_test.json'}", f"--out={tmp_path / 'good'}"],
+                        cwd=ROOT, capture_output=True, text=True, env=env)
+  assert good.returncode == 0 and good.stderr == "", good.stderr[-3000:]
+  bad_file = tmp_path / "bad.json"
+  rows = json.loads((DATA / "timedial_test.json").read_text())
+  del rows[1]["conversation"]
+  bad_file.write_text(json.dumps(rows))
+  bad = subprocess.run([sys.executable, "-m", "scripts.run_baseline", "--baseline=timedial_overlap",
+                        f"--eval_file={bad_file}", f"--out={tmp_path / 'bad'}"],
+                       cwd=ROOT, capture_output=True, text=True, env=env)
+  assert bad.returncode == 1 and bad.stderr == f"error: {bad_file}: index 1: field 'conversation': missing\n", (
+      bad.stderr[-3000:])
+  assert not (tmp_path / "bad").exists()
