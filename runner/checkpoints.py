@@ -45,6 +45,7 @@ CHECKPOINTS_SUBDIR = run_dir.CHECKPOINTS
 _ITEMS = ("params", "opt_state", "data")
 # The metadata file each item's orbax handler writes (StandardSave: _METADATA, JsonSave: metadata).
 _METADATA_FILES = {"params": "_METADATA", "opt_state": "_METADATA", "data": "metadata"}
+PARAMS_CHECKSUMS = "params_checksums"  # the best checkpoint's metrics entry that holds them
 CONFIG_FILE = run_dir.MODEL_CONFIG  # the T5Config beside a converted or trained checkpoint
 RUN_FIELDS = ("dtype", "dropout_rate")  # T5Config fields a run chooses; every other one is the checkpoint's
 ARCHITECTURE_FIELDS = tuple(f.name for f in dataclasses.fields(T5Config) if f.name not in RUN_FIELDS)
@@ -203,19 +204,42 @@ def save(manager, step, params, opt_state, data_position) -> bool:
   return manager.save(int(step), args=args, force=True)
 
 
-def _verify(step_dir, step, restored) -> None:
-  """Raises CheckpointDamagedError when an array restored from `step_dir` differs from the checksum
-  saved with it; a step saved before checksums were recorded is taken as it reads."""
-  recorded = restored.data.get("checksums")
+def _check_values(item_dir, step, tree, recorded: dict | None) -> None:
+  """Raises CheckpointDamagedError when an array of `tree`, read from `item_dir`, differs from its
+  `recorded` checksum; an item saved without checksums (before they were recorded) is taken as it reads."""
   if recorded is None:
     return
+  found = checksums(tree)
+  changed = sorted(name for name in recorded if found.get(name) != recorded[name])
+  if changed:
+    raise CheckpointDamagedError(storage.parent(str(item_dir)), step,
+                                 f"{item_dir}: the values of {len(changed)} array(s) differ from the "
+                                 f"checksums saved with the step ({changed[0]}{', ...' if len(changed) > 1 else ''})")
+
+
+def _verify(step_dir, step, restored) -> None:
+  """`_check_values` of each item of a restored training step."""
+  recorded = restored.data.get("checksums") or {}
   for item in ("params", "opt_state"):
-    found = checksums(getattr(restored, item))
-    changed = sorted(name for name in recorded[item] if found.get(name) != recorded[item][name])
-    if changed:
-      raise CheckpointDamagedError(step_dir, step, f"{step_dir / item}: the values of {len(changed)} array(s) "
-                                                   f"differ from the checksums saved with the step ({changed[0]}"
-                                                   f"{', ...' if len(changed) > 1 else ''})")
+    _check_values(step_dir / item, step, getattr(restored, item), recorded.get(item))
+
+
+def _recorded_params_checksums(location: str) -> dict | None:
+  """The checksums saved with the params directory `location`: a training step's (its `data`
+  item) or the best checkpoint's (its orbax metrics); None for any other checkpoint."""
+  if storage.name(location) != "params":
+    return None
+  step_dir = storage.parent(location)
+  for record_file, read in ((storage.join(step_dir, "data", _METADATA_FILES["data"]),
+                             lambda record: record.get("checksums", {}).get("params")),
+                            (storage.join(step_dir, "metrics", "metrics"),
+                             lambda record: record.get(PARAMS_CHECKSUMS))):
+    if storage.exists(record_file):
+      try:
+        return read(json.loads(storage.read_text(record_file)))
+      except ValueError as error:
+        raise CheckpointDamagedError(step_dir, _step_of(location), f"{record_file}: not valid JSON ({error})") from None
+  return None
 
 
 def _step_dir(manager, step) -> epath.Path:
@@ -417,7 +441,9 @@ def load_params(path, model_config: T5Config | None = None, mesh=None,
   _check_shapes(path, shapes, config)
   target = partitioning.with_shardings(shapes, placement(shapes, config, mesh, rules))
   with naming_damage():
-    return config, handler.restore(epath.Path(location), args=ocp.args.StandardRestore(target))
+    params = handler.restore(epath.Path(location), args=ocp.args.StandardRestore(target))
+  _check_values(location, _step_of(location), params, _recorded_params_checksums(location))
+  return config, params
 
 
 class PreemptionGuard:
@@ -520,10 +546,11 @@ def best_checkpoint_manager(model_dir, mode: str) -> ocp.CheckpointManager:
 
 
 def save_best(manager, step, params, record: dict) -> None:
-  """Saves `params` as the best checkpoint with `record` ({"value": ..., and what it means}), and
-  waits: the run's latest checkpoint of the same step must never be on disk before its best."""
+  """Saves `params` as the best checkpoint with `record` ({"value": ..., and what it means}) and
+  the parameters' checksums (load_params verifies them), and waits: the run's latest checkpoint
+  of the same step must never be on disk before its best."""
   manager.save(int(step), args=ocp.args.Composite(params=ocp.args.StandardSave(params)),
-               metrics=record, force=True)
+               metrics={**record, PARAMS_CHECKSUMS: checksums(params)}, force=True)
   manager.wait_until_finished()
 
 
@@ -532,4 +559,6 @@ def recorded_best(manager) -> tuple[int, dict] | None:
   step = manager.best_step()
   if step is None:
     return None
-  return step, dict(manager.metrics(step))
+  record = dict(manager.metrics(step))
+  record.pop(PARAMS_CHECKSUMS, None)
+  return step, record

@@ -175,3 +175,39 @@ def test_a_failure_that_is_not_damage_keeps_its_own_error(saved_run):
   with pytest.raises(ValueError) as error:
     checkpoints.restore(manager, placed(wider), placed(jax.eval_shape(OPTIMIZER.init, wider)), step=2)
   assert not isinstance(error.value, checkpoints.CheckpointDamagedError), error.value
+
+
+def _replace_values(params_dir: pathlib.Path, other_params_dir: pathlib.Path) -> None:
+  """Puts another checkpoint's params files in `params_dir`: every file reads, the values are not
+  those saved with the step. (The deterministic form of a bit flip that the files' compression
+  decodes without complaint; test_train_entry flips a real bit in a larger model's file.)"""
+  shutil.rmtree(params_dir)
+  shutil.copytree(other_params_dir, params_dir)
+
+
+def test_evaluation_inference_and_serving_refuse_a_step_whose_values_changed(saved_run, tmp_path):
+  """load_params (evaluate, infer, serve, convert) verifies a training step's parameters against
+  the checksums saved with the step, as resuming does: changed values are named, never scored."""
+  run = tmp_path / "run"
+  shutil.copytree(saved_run[0], run)
+  np.testing.assert_array_equal(  # an intact step verifies and loads as saved
+      jax.device_get(checkpoints.load_params(str(run / "checkpoints" / "2"), CONFIG)[1])["token_embedder"]["embedding"],
+      saved_run[1][2]["token_embedder"]["embedding"])
+  _replace_values(run / "checkpoints" / "2" / "params", run / "checkpoints" / "1" / "params")
+  with pytest.raises(checkpoints.CheckpointDamagedError) as error:
+    checkpoints.load_params(str(run), CONFIG)  # MODEL_DIR: its latest step
+  assert re.fullmatch(rf"checkpoint step 2 is damaged: {re.escape(str(run / 'checkpoints' / '2' / 'params'))}: "
+                      r"the values of \d+ array\(s\) differ from the checksums saved with the step \(\[.+\)",
+                      str(error.value)), error.value
+
+
+def test_the_best_checkpoint_is_verified_too(saved_run, tmp_path):
+  manager = checkpoints.best_checkpoint_manager(str(tmp_path / "run"), "max")
+  checkpoints.save_best(manager, 2, jax.device_put(saved_run[1][2]), {"value": 0.5, "metric": "accuracy"})
+  assert checkpoints.recorded_best(manager) == (2, {"value": 0.5, "metric": "accuracy"})  # checksums kept apart
+  params_dir = tmp_path / "run" / "best" / "2" / "params"
+  checkpoints.load_params(str(params_dir.parent), CONFIG)
+  _replace_values(params_dir, saved_run[0] / "checkpoints" / "1" / "params")
+  with pytest.raises(checkpoints.CheckpointDamagedError, match=re.escape(
+      f"checkpoint {params_dir.parent} is damaged: {params_dir}: the values of ")):
+    checkpoints.load_params(str(params_dir.parent), CONFIG)
