@@ -142,6 +142,8 @@ def analyze_asq(args):
   from t5_tasks.sources import asq  # pylint: disable=g-import-not-at-top
   rounds = [asq.read_asq_annotations(f)[0] for f in _annotation_files(args)]
   result = asq_analysis.analyze(*rounds, system_predictions=_named_predictions(args), seed=args.seed)
+  for warning in result["warnings"]:
+    print(f"WARNING: {warning}", flush=True)
   tables = [report.Table("Human accuracy (95% CI)", ("round", "n", "accuracy"),
                          [(r, e["n"], _ci(e)) for r, e in result["human_accuracy"].items()])]
   if "agreement" in result:
@@ -153,10 +155,14 @@ def analyze_asq(args):
     tables.append(report.Table(f"Question types, {name} round: actual (rows) x alternative (columns)",
                                ["actual"] + table["qn_types"],
                                [[t] + row for t, row in zip(table["qn_types"], table["counts"])]))
-  groups = ["all"] + list(asq.PAIR_GROUPS)
-  tables.append(report.Table("Accuracy by pair type (groups overlap)", ["judge"] + groups,
-                             [[j] + [f"{_ci(b[g])} n={b[g]['n']}" if g in b else "" for g in groups]
-                              for j, b in result["by_pair_type"].items()]))
+  # Table 4's layout: a row per pair type, a column per judge (humans: the first round), then
+  # "% in data" (the first round's instances in the group; the groups overlap).
+  judges = list(result["by_pair_type"])
+  shares = result["pair_type_shares"]
+  rows = [[g] + [f"{_ci(b[g])} n={b[g]['n']}" if g in b else "" for b in result["by_pair_type"].values()]
+          + [f"{100 * shares[g]['share']:.1f}%" if g in shares else ""] for g in ["all", *asq.PAIR_GROUPS]]
+  tables.append(report.Table("Accuracy by pair type (Table 4; humans: the first round)",
+                             ["pair type"] + judges + ["% in data"], rows))
   charts = [_rate_chart(f"Accuracy by pair type: {j}", b) for j, b in result["by_pair_type"].items()]
   return result, tables, charts
 

@@ -3,11 +3,17 @@
 Works on `t5_tasks.sources.asq.AsqAnnotation` records. The paper's pair types
 (C+E, C+{C,I}, C+C, L+{U,I}) overlap, so an item counts in every group it
 belongs to (`t5_tasks.sources.asq.pair_groups`).
+
+Table 4 (Fu et al. 2019) is the first round's: its 200 instances give the HUMAN
+column (C+C 0.84, C+{C,I} 0.89) and "% in data" (38/46/32/30); the second round
+(75 of them, footnote 15) only measures agreement. Pooling both rounds moves the
+human rows off the paper's (C+C 0.86, C+{C,I} 0.90).
 """
 from typing import Mapping, Sequence
 
 from sklearn import metrics as sk_metrics
 
+from t5_tasks import metrics
 from t5_tasks.analysis import mean_interval
 from t5_tasks.sources import asq as asq_source
 
@@ -62,9 +68,9 @@ def groups_of(annotation) -> tuple[str, ...]:
   return asq_source.pair_groups(annotation.true_qn_type, annotation.paired_qn_type)
 
 
-def accuracy_by_pair_type(correct: Sequence[tuple[Sequence[str], bool]], *, seed: int = 0) -> dict[str, dict]:
-  """Accuracy with CI over all and within each pair-type group, from (groups, correct) pairs."""
-  groups: dict[str, list[bool]] = {ALL_ITEMS: []}
+def accuracy_by_pair_type(correct: Sequence[tuple[Sequence[str], float]], *, seed: int = 0) -> dict[str, dict]:
+  """Accuracy with CI over all and within each pair-type group, from (groups, credit) pairs."""
+  groups: dict[str, list[float]] = {ALL_ITEMS: []}
   groups.update((name, []) for name in asq_source.PAIR_GROUPS)
   for item_groups, is_correct in correct:
     groups[ALL_ITEMS].append(is_correct)
@@ -73,41 +79,64 @@ def accuracy_by_pair_type(correct: Sequence[tuple[Sequence[str], bool]], *, seed
   return {name: mean_interval(values, seed=seed) for name, values in groups.items() if values}
 
 
-def system_correct(predictions: Sequence[Mapping]) -> list[tuple[str, bool]]:
-  """(id, correct) from prediction records: correct when the predicted candidate is gold."""
+def system_credit(predictions: Sequence[Mapping]) -> list[tuple[str, float]]:
+  """(id, credit) from prediction records: each item's accuracy credit from its scores, as
+  metrics.json counts it (`t5_tasks.metrics.item_credit`: a tie gets 0.5, not the credit of the
+  candidate `prediction` happens to name)."""
   result = []
   for i, p in enumerate(predictions):
     try:
-      result.append((p["id"], p["gold"][p["prediction"]] == 1))
-    except (KeyError, IndexError, TypeError) as e:
-      raise ValueError(f"prediction {i}: needs 'id', 'prediction' and a 'gold' list ({e!r})") from e
+      result.append((p["id"], metrics.item_credit("accuracy", p["scores"], p["gold"])))
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+      raise ValueError(f"prediction {i}: needs 'id', and 'scores' and 'gold' lists of one length ({e!r})") from e
   return result
+
+
+def groups_by_id(*rounds: Sequence) -> dict[str, tuple[str, ...]]:
+  """{item id: its pair groups} by the first round that annotated the item, even when that round
+  puts it in no group (as `t5_tasks.families.asq_examples` writes pair_groups into each record)."""
+  groups: dict[str, tuple[str, ...]] = {}
+  for annotations in rounds:
+    for a in annotations:
+      groups.setdefault(a.id, groups_of(a))
+  return groups
+
+
+def pair_type_shares(annotations: Sequence) -> dict[str, dict]:
+  """Table 4's "% in data": {group: {"n", "share"}} over the annotated instances."""
+  return {name: {"n": n, "share": n / len(annotations)} for name in asq_source.PAIR_GROUPS
+          for n in [sum(name in groups_of(a) for a in annotations)]}
 
 
 def analyze(first: Sequence, second: Sequence = (),
             system_predictions: Mapping[str, Sequence[Mapping]] | None = None, *, seed: int = 0) -> dict:
-  """Human accuracy per round and pooled, kappa, pair-type table, accuracy by pair type."""
-  everything = list(first) + list(second)
+  """Human accuracy per round, kappa, pair-type table, Table 4's accuracy by pair type (humans:
+  the first round, as the paper's), and each system's accuracy by pair type on the annotated items.
+
+  `warnings` holds one line per system none of whose items is annotated (it has no Table 4 row).
+  """
   result = {
       "human_accuracy": {"first": human_accuracy(first, seed=seed)},
       "qn_type_pairs": {"first": qn_type_pairs(first)},
+      "pair_type_shares": pair_type_shares(first),
       "by_pair_type": {"humans": accuracy_by_pair_type(
-          [(groups_of(a), a.annotated_label == a.true_label) for a in everything], seed=seed)},
+          [(groups_of(a), a.annotated_label == a.true_label) for a in first], seed=seed)},
+      "warnings": [],
   }
   if second:
     result["human_accuracy"]["second"] = human_accuracy(second, seed=seed)
-    result["human_accuracy"]["pooled"] = human_accuracy(everything, seed=seed)
     result["qn_type_pairs"]["second"] = qn_type_pairs(second)
     result["agreement"] = round_agreement(first, second)
-  # Systems are broken down on the annotated items, by the first round that typed each.
-  groups_by_id: dict[str, tuple[str, ...]] = {}
-  for a in everything:
-    groups_by_id.setdefault(a.id, groups_of(a))
+  groups = groups_by_id(first, second)
   result["system_accuracy"] = {}
   for name, predictions in (system_predictions or {}).items():
-    correct = system_correct(predictions)
-    result["system_accuracy"][name] = mean_interval([c for _, c in correct], seed=seed)
-    annotated = [(groups_by_id[i], c) for i, c in correct if i in groups_by_id]
+    credit = system_credit(predictions)
+    result["system_accuracy"][name] = mean_interval([c for _, c in credit], seed=seed)
+    annotated = [(groups[i], c) for i, c in credit if i in groups]
     if annotated:
       result["by_pair_type"][name] = accuracy_by_pair_type(annotated, seed=seed)
+    else:
+      result["warnings"].append(f"{name}: none of its {len(credit)} items is annotated in these rounds "
+                                f"(the annotated items are ASQ's asq_annotation.json), so it has no "
+                                f"accuracy-by-pair-type row")
   return result

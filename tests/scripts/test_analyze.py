@@ -58,6 +58,29 @@ def test_asq_with_system_predictions_on_quickstart(capsys, tmp_path):
   assert "Cohen's kappa" in console and "first" in analysis["by_pair_type"]
 
 
+def test_asq_predictions_with_no_annotated_item_are_said_in_one_line(capsys, tmp_path):
+  predictions = tmp_path / "other" / "predictions.jsonl"
+  predictions.parent.mkdir()
+  predictions.write_text(json.dumps({"task": "asq", "id": "not-annotated", "scores": [1.0, 0.0],
+                                     "prediction": 0, "gold": [1, 0]}) + "\n")
+  analysis, console = _analyze(capsys, tmp_path / "out", "asq", f"--annotation_dir={DATA}",
+                               f"--predictions={predictions}")
+  assert "other" not in analysis["by_pair_type"] and analysis["system_accuracy"]["other"]["value"] == 1.0
+  warnings = [line for line in console.splitlines() if line.startswith("WARNING:")]
+  assert warnings == ["WARNING: other: none of its 1 items is annotated in these rounds (the annotated items "
+                      "are ASQ's asq_annotation.json), so it has no accuracy-by-pair-type row"]
+
+
+def test_asq_table4_on_the_real_annotations(capsys, tmp_path, shared_data):
+  """The printed Table 4: a row per pair type, humans from the first round (the paper's C+C 0.84,
+  C+{C,I} 0.89; % in data 32 and 46: tests/t5_tasks/test_analysis_asq.py checks them against the
+  paper's text), a column for each system."""
+  analysis, console = _analyze(capsys, tmp_path, "asq", f"--annotation_dir={shared_data / 'asq'}")
+  assert analysis["by_pair_type"]["humans"]["all"]["n"] == 200
+  assert re.search(r"^C\+C +0\.844 \[[0-9.]+, [0-9.]+\] n=64 +32\.0% *$", console, re.M), console
+  assert re.search(r"^C\+\{C,I\} +0\.890 \[[0-9.]+, [0-9.]+\] n=91 +45\.5% *$", console, re.M), console
+  assert "Accuracy by pair type (Table 4; humans: the first round)" in console
+
 def _lcs(a, b):
   table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
   for i, x in enumerate(a):

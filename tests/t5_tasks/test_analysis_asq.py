@@ -1,5 +1,9 @@
-"""ASQ annotation analysis: real files against raw counts, small cases against hand computation."""
+"""ASQ annotation analysis: real files against raw counts and the paper's Table 4, small cases
+against hand computation, and the pair-type table as metrics.json computes it."""
 import json
+import math
+import pathlib
+import re
 
 import pytest
 
@@ -20,9 +24,7 @@ def test_human_accuracy_equals_raw_count(shared_data):
     correct = sum(r["true_label"] == r["annotated_label"] for r in rows)
     assert result["human_accuracy"][name]["value"] == pytest.approx(correct / len(rows))
     assert result["human_accuracy"][name]["n"] == len(rows)
-  pooled = raw[0] + raw[1]
-  assert result["human_accuracy"]["pooled"]["value"] == pytest.approx(
-      sum(r["true_label"] == r["annotated_label"] for r in pooled) / len(pooled))
+  assert "pooled" not in result["human_accuracy"]  # the second round measures agreement only
   shared = {r["id"] for r in raw[0]} & {r["id"] for r in raw[1]}
   assert result["agreement"]["n_shared"] == len(shared)
   first = {r["id"]: r["annotated_label"] for r in raw[0]}
@@ -92,5 +94,82 @@ def test_system_predictions_broken_down_by_annotated_pair_type():
 
 
 def test_prediction_without_gold_is_named():
-  with pytest.raises(ValueError, match="prediction 0: needs 'id', 'prediction' and a 'gold' list"):
-    asq.system_correct([{"id": "a", "prediction": 0}])
+  with pytest.raises(ValueError, match="prediction 0: needs 'id', and 'scores' and 'gold' lists of one length"):
+    asq.system_credit([{"id": "a", "prediction": 0, "scores": [1.0, 0.0]}])
+
+
+def test_a_tie_gets_half_credit_whatever_prediction_names():
+  annotations = [_ann("a", 0, 0, 1, 3), _ann("b", 0, 0, 1, 3)]
+  predictions = [{"id": "a", "scores": [1.0, 1.0], "prediction": 0, "gold": [1, 0]},
+                 {"id": "b", "scores": [1.0, 1.0], "prediction": 0, "gold": [0, 1]}]
+  result = asq.analyze(annotations, system_predictions={"tied": predictions})
+  assert result["by_pair_type"]["tied"]["C+E"]["value"] == 0.5
+  assert result["system_accuracy"]["tied"]["value"] == 0.5
+
+
+def test_a_system_with_no_annotated_item_is_said_in_one_line():
+  predictions = [{"id": "z", "scores": [1.0, 0.0], "prediction": 0, "gold": [1, 0]}]
+  result = asq.analyze([_ann("a", 0, 0)], system_predictions={"elsewhere": predictions})
+  assert "elsewhere" not in result["by_pair_type"]
+  assert result["warnings"] == ["elsewhere: none of its 1 items is annotated in these rounds (the annotated "
+                                "items are ASQ's asq_annotation.json), so it has no accuracy-by-pair-type row"]
+
+
+PAPER = pathlib.Path(__file__).resolve().parents[3] / "shared" / "papers" / "asq.txt"
+
+
+def _paper_table4() -> dict[str, tuple[float, float]]:
+  """{pair type: (HUMAN, % in data)} parsed from the paper's Table 4 (columns SIM FT-LM HUMAN %)."""
+  text = PAPER.read_text(encoding="utf-8")
+  table = text[text.index("Pair type SIM FT-LM HUMAN % in data"):text.index("OVERALL")]
+  rows = re.findall(r"([CL] \+ (?:E|C|\{[A-Z], [A-Z]\})) (\d+)% (\d+)% (\d+)% (\d+)%", table)
+  return {name.replace(" ", ""): (int(human) / 100, int(share) / 100) for name, _, _, human, share in rows}
+
+
+def _percent(share: float) -> float:
+  return math.floor(100 * share + 0.5 + 1e-9) / 100
+
+
+def test_table4_human_rows_and_shares_are_the_first_rounds(shared_data):
+  if not PAPER.is_file():
+    pytest.skip(f"the paper's text is not at {PAPER}")
+  paper = _paper_table4()
+  assert set(paper) == {"C+E", "C+{C,I}", "C+C", "L+{U,I}"}
+  assert paper["C+C"] == (0.84, 0.32) and paper["C+{C,I}"] == (0.89, 0.46)  # the parse itself
+  rounds = [read_asq_annotations(str(shared_data / "asq" / f"annotation_{r}.json"))[0] for r in ("first", "second")]
+  result = asq.analyze(*rounds)
+  for group, (human, share) in paper.items():
+    # The paper prints whole percents, rounded half up (91 of 200 = 45.5% prints as 46%).
+    assert _percent(result["by_pair_type"]["humans"][group]["value"]) == human, group
+    assert _percent(result["pair_type_shares"][group]["share"]) == share, group
+  assert result["by_pair_type"]["humans"]["all"]["n"] == 200
+  # Pooling the second round in (the earlier rows) misses the paper: C+C 0.86, C+{C,I} 0.90.
+  pooled = asq.analyze(rounds[0] + rounds[1])["by_pair_type"]["humans"]
+  assert _percent(pooled["C+C"]["value"]) == 0.86 != paper["C+C"][0]
+
+
+def test_pair_type_table_is_metrics_json_s(shared_data):
+  """scripts.analyze's accuracy by pair type of a system equals the per-group accuracy metrics.json
+  gets from the same scores (t5_tasks.metrics.asq_metric_fn on the records the evaluation reads),
+  on the real annotated items, with a tie-heavy system (scores by question length mod 3)."""
+  from t5_tasks import families, metrics, tasks  # pylint: disable=g-import-not-at-top
+  folder = shared_data / "asq"
+  files = {"asq": {"test": str(folder / "asq_annotation.json")},
+           "asq_annotations": {r: str(folder / f"annotation_{r}.json") for r in ("first", "second")}}
+  examples = families.asq_examples(files)["test"]
+  scores = [[float(len(q) % 3) for q in e["candidates"]] for e in examples]
+  assert sum(s[0] == s[1] for s in scores) > len(scores) / 5  # many ties
+  # As runner.evaluate.task_metrics makes them: each record's metadata through the task's postprocessor.
+  targets = [tasks.candidate_targets(None, example={k: v for k, v in e.items() if k != "candidates"},
+                                     is_target=True) for e in examples]
+  from_metrics = metrics.asq_metric_fn(targets, scores)
+  rounds = [read_asq_annotations(files["asq_annotations"][r])[0] for r in ("first", "second")]
+  predictions = [{"id": e["id"], "scores": s, "prediction": int(s[1] > s[0]), "gold": e["candidate_labels"]}
+                 for e, s in zip(examples, scores)]
+  by_type = asq.analyze(*rounds, system_predictions={"sys": predictions})["by_pair_type"]["sys"]
+  groups = [g for g in by_type if g != "all"]
+  assert sorted(groups) == sorted(k.partition("/")[2] for k in from_metrics if k.count("/") == 1
+                                  and not k.endswith(("_low", "_high")))
+  for group in groups:
+    assert by_type[group]["value"] == pytest.approx(from_metrics[f"accuracy/{group}"], abs=1e-12), group
+    assert by_type[group]["n"] == sum(group in metrics.item_groups(t) for t in targets), group
