@@ -1,10 +1,12 @@
 """HEAP comparisons: counts against the recipe recomputed here from the raw files."""
 import collections
 import csv
+import dataclasses
 import itertools
 import json
 import pathlib
 import re
+import types
 from fractions import Fraction
 
 import pytest
@@ -410,3 +412,127 @@ def test_table_1_counts_where_the_release_is_whole(shared_data):
   read = {task: len(heap.read_heap_comparisons(task, chasm if task in ("CNI", "CNO", "CNSt", "HSO")
                                               else defeasible)[0]) for task in recounted}
   assert read == recounted
+
+
+def _rendered(task, comparison, output):
+  """What the reward model reads for `output`: the encoder's inputs, then the output (Table 5's
+  `<instruction> <context> <answer>`, joined by ` <sep> `)."""
+  spec = heap.HEAP_CRITERIA[task]
+  inputs = heap.render_inputs(spec.instruction, comparison.context, comparison.output_label, spec.label_input)
+  return inputs + heap.SEPARATOR + output
+
+
+def _with_context(comparisons, context):
+  return next(c for c in comparisons if c.context == context)
+
+
+# Table 5's TellMeWhy and story-rewriting examples, which the extraction garbles ("He r interviewed",
+# "happity began workin", "s answer"; "a preferrigend perdener argenerated the they"), written out
+# from the paper's text with its words as the released records have them.
+_NARRATIVE = ("Tim was unemployed. He applied to many jobs. He interviewed for a car valet job. He got the job. "
+              "He happily began working as a car valet.")
+_QUESTION, _ANSWER = "Why did He get the job?", "Tim got the job because he impressed the company."
+_STORY = "Wallace had a passion for gardening. Wallace never became a professional gardener."
+_REWRITTEN = ("One day, he was approached by a professional gardener. The professional gardener suggested that "
+              "they work together. Now, Wallace has a lot of money that he loves to pay back.")
+
+
+def test_table_5_examples_render_as_the_paper_prints_them(shared_data):
+  """Each criterion's input for Table 5's example equals the paper's string: the instruction, then
+  the example as Table 5 prints it. Rows without an example of their own take their dataset's (AV
+  and QA: TellMeWhy's; the counter narratives': the one printed across their rows; CNI and CNO:
+  CHASM's; SRC, SRPl, SRPr, SRS: SRE's) laid out by Table 4's label input; the contexts come from
+  the released records where shared data holds them."""
+  rows = _table_5_rows(shared_data)
+  data = shared_data / "heap"
+  expected, rendered = {}, {}
+
+  def check(task, comparison, output, example):
+    rendered[task] = _rendered(task, comparison, output)
+    expected[task] = heap.HEAP_CRITERIA[task].instruction + heap.SEPARATOR + example
+
+  # AH: the cell prints "[]" where the post's title ends and its text begins (joined by a space here).
+  title, post = _example(rows["AH"][1]).split(" [] ")
+  selftext, advice = post.split(" <sep> ")
+  rating = types.SimpleNamespace(is_preferred=True, preference_score=lambda: 1.0)
+  situation = types.SimpleNamespace(title=title, selftext=selftext, best_advice="Renew it.",
+                                    model_advice={"T5": advice}, ratings={"T5": rating})
+  check("AH", heap.advice_comparisons("AH", [situation])[0], advice, f"{title} {selftext} <sep> {advice}")
+
+  assert _example(rows["AG"][1]) == "narrative <sep> Tim was unemployed. He applied to many jobs. He"
+  assert _example(rows["AV QA"][1]).endswith(f"<sep> question <sep> {_QUESTION} <sep> s answer <sep> {_ANSWER}")
+  tellmewhy = data / "tellmewhy" / "test_caters_subset.csv"
+  for task in ("AG", "AV"):
+    comparison = _with_context(heap.read_heap_comparisons(task, tellmewhy)[0],
+                               (("narrative", _NARRATIVE), ("question", _QUESTION)))
+    check(task, comparison, _ANSWER, f"narrative <sep> {_NARRATIVE} <sep> question <sep> {_QUESTION} <sep> "
+                                     f"answer <sep> {_ANSWER}")
+  comparison = _with_context(heap.read_heap_comparisons("QA", tellmewhy)[0], (("narrative", _NARRATIVE),))
+  check("QA", comparison, _QUESTION, f"{_NARRATIVE} <sep> {_QUESTION}")
+
+  # HS: the cell prints "then <sep>, the man": HellaSwag's ending starts with the comma, and the
+  # separator's space before it is lost in the extraction.
+  ctx, ending = _example(rows["HS"][1]).split(" <sep>")
+  item = heap.heap_sources.HellaSwagItem(ctx=ctx, endings=(ending.strip(), "a", "b", "c"), label=0)
+  check("HS", heap.hellaswag_comparisons("HS", [item])[0], ending.strip(), f"{ctx} <sep> {ending.strip()}")
+
+  example = _example(rows["CR"][1])
+  concepts, reference, sentence = example.split(" <sep> ")
+  comparison = _with_context(heap.read_heap_comparisons("CR", data / "commongen")[0],
+                             (("concept set", concepts), ("reference sentence", reference)))
+  check("CR", comparison, sentence, example)
+
+  # The counter narratives' example, printed across the CCN-CNSu rows, loses its target's text.
+  hate_label, hate_speech, target_label = _example(rows[""][1]).split(" <sep> ")
+  narrative = _example(rows["CNSp"][1])
+  assert (hate_label, target_label) == ("hate speech", "target")
+  assert narrative.startswith("blind people are not aware")
+  target = "the target as the release gives it"
+  narratives = [heap.heap_sources.CounterNarrative(hate_speech, target, system, text, *[score] * 5)
+                for system, text, score in (("T5", narrative, 4), ("BART", "Other.", 1))]
+  for task in ("BCN", "CCN", "CNG", "CNSp", "CNSu"):
+    layout = (f"hate speech <sep> {hate_speech} <sep> target <sep> {target} <sep> counter narrative"
+              if heap.HEAP_CRITERIA[task].label_input else f"{hate_speech} <sep> {target}")
+    check(task, heap.counter_narrative_comparisons(task, narratives)[0], narrative, f"{layout} <sep> {narrative}")
+
+  # CHASM's example, printed across the CNO and CNSt rows with their "-" cells inside it.
+  post, response = _example(rows["CNO CNSt"][1]).removeprefix("- ").replace(" - ", " ").split(" <sep> ")
+  # The released post, answered by Table 5's narrative and another rated apart (the release's own
+  # narratives of this post tie on stance: no CNSt comparison).
+  released = next(p for p in heap.heap_sources.read_chasm(data / "chasm")[0] if p.post == post)
+  answered = dataclasses.replace(released, narratives=tuple(
+      heap.heap_sources.ChasmNarrative(system, text, *[(score,) * 3] * 3)
+      for system, text, score in (("GPT-3", response, 4), ("GPT-2", "Other.", 0))))
+  for task in ("CNI", "CNO", "CNSt"):
+    comparison = heap.chasm_comparisons(task, [answered])[0]
+    layout = f"hate speech <sep> {post} <sep> counter narrative" if task == "CNO" else post
+    check(task, comparison, response, f"{layout} <sep> {response}")
+  example = _example(rows["HSO"][1])
+  hateful = example.removeprefix("hate speech <sep> ")
+  comparison = next(c for c in heap.read_heap_comparisons("HSO", data / "chasm")[0] if hateful in (c.good, c.bad))
+  check("HSO", comparison, hateful, example)
+
+  assert _example(rows["SRE"][1]).startswith(f"story <sep> {_STORY} <sep> ending <sep> One day, he was approached")
+  assert _REWRITTEN.endswith(_example(rows["SRS"][1]))
+  story_file = data / "story_rewriting" / "test_comparison_eval.csv"
+  with open(story_file, newline="", encoding="utf-8") as f:
+    original_ending = next(r["Input.Y"] for r in csv.DictReader(f) if f"{r['Input.X1']} {r['Input.XX2']}" == _STORY)
+  for task in ("SRC", "SRE", "SRPl", "SRPr", "SRS"):
+    context = (("story", _STORY),) + ((("original ending", original_ending),) if task == "SRPl" else ())
+    comparison = _with_context(heap.read_heap_comparisons(task, story_file)[0], context)
+    # SRPl's instruction names "a story, an original ending and a rewritten ending": given in that order.
+    layout = {"SRPl": f"story <sep> {_STORY} <sep> original ending <sep> {original_ending} <sep> ending"}.get(
+        task, f"story <sep> {_STORY} <sep> ending" if heap.HEAP_CRITERIA[task].label_input else _STORY)
+    check(task, comparison, _REWRITTEN, f"{layout} <sep> {_REWRITTEN}")
+
+  for task in ("DIA", "DII"):
+    example = _example(rows[task][1])
+    premise, hypothesis, update = example.split(" <sep> ")
+    comparison = _with_context(heap.read_heap_comparisons(task, data / "defeasible_inference" /
+                                                          "def_inf_eval_results.jsonl")[0],
+                               (("premise", premise), ("hypothesis", hypothesis)))
+    check(task, comparison, update, example)
+
+  assert set(rendered) == set(heap.HEAP_CRITERIA)
+  for task in heap.HEAP_CRITERIA:
+    assert rendered[task] == expected[task], task
