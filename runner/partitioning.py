@@ -19,6 +19,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from models.config import T5Config
 from models.network import Transformer
+from runner import lost_host
 
 # t5x's `standard_logical_axis_rules` for 1-D model parallelism: the batch over `data`,
 # the wide dimensions over `model`, the model width and sequence axes replicated.
@@ -112,6 +113,7 @@ def initialize_distributed(multi_host=None, environ=os.environ):
   arguments["heartbeat_timeout_seconds"] = int(environ.get(HEARTBEAT_TIMEOUT_ENV) or DEFAULT_HEARTBEAT_TIMEOUT_S)
   # Only the CPU client reads it: harmless on TPU and GPU.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  lost_host.install(str(arguments.get("process_id", "")), str(arguments["heartbeat_timeout_seconds"]))
   jax.distributed.initialize(**arguments)
 
 
