@@ -110,13 +110,14 @@ FORMATS = {
 # HEAP's inputs as Table 5 lays them out (`{}`: a context field's text); the output follows in the
 # decoder. Label input (Table 4) names each field and, last, the output.
 _CN = "hate speech <sep> {} <sep> target <sep> {} <sep> counter narrative"
-_STORY = "original story <sep> {} <sep> story <sep> {} <sep> ending"
+_STORY = "story <sep> {} <sep> ending"
 TABLE_5_LAYOUTS = {
     "AH": "{}", "AG": "narrative <sep> {} <sep> question <sep> {} <sep> answer",
     "AV": "narrative <sep> {} <sep> question <sep> {} <sep> answer", "QA": "{}", "HS": "{}",
     "CR": "{} <sep> {}", "BCN": _CN, "CCN": _CN, "CNG": _CN, "CNSp": "{} <sep> {}", "CNSu": _CN,
     "CNI": "{}", "CNO": "hate speech <sep> {} <sep> counter narrative", "CNSt": "{}", "HSO": "hate speech",
-    "SRC": _STORY, "SRE": _STORY, "SRPl": _STORY, "SRPr": "{} <sep> {}", "SRS": "{} <sep> {}",
+    "SRC": _STORY, "SRE": _STORY, "SRPl": "story <sep> {} <sep> original ending <sep> {} <sep> ending",
+    "SRPr": "{}", "SRS": "{}",
     "DIA": "{} <sep> {}", "DII": "{} <sep> {}",
 }
 

@@ -125,7 +125,7 @@ def test_every_family_with_a_tfds_source_is_compared():
 
 
 def test_heap_dia_tfds_has_the_file_tasks_splits_on_the_real_data(shared_data, tmp_path):
-  """The leak this once fixed: all 3,153 real comparisons used to be the `_tfds` task's test split."""
+  """The leak this once fixed: all the real comparisons used to be the `_tfds` task's test split."""
   path = shared_data / "heap" / "defeasible_inference" / "def_inf_eval_results.jsonl"
   name = "heap_dia"
   data_dir = str(tmp_path / "tfds")
@@ -143,7 +143,7 @@ def test_heap_dia_tfds_has_the_file_tasks_splits_on_the_real_data(shared_data, t
       got = [e["id"] for e in tfds_source.get_dataset(split, shuffle=False).as_numpy_iterator()]
       assert sorted(got) == sorted(expected), split
       sizes[split] = len(got)
-    assert sizes == {"train": 3153 - 2 * 315, "validation": 315, "test": 315}  # §3's 80/10/10 of 3,153
+    assert sizes == {"train": 7176 - 2 * 718, "validation": 718, "test": 718}  # §3's 80/10/10 of 7,176
   finally:
     gin.clear_config()
     tfds_source.tfds_dataset.override_data_dir(None)
