@@ -64,8 +64,8 @@ def _ci(e: dict) -> str:
   return f"{e['value']:.3f} [{e['low']:.3f}, {e['high']:.3f}]"
 
 
-def _difference(test: dict) -> str:
-  return f"{test['difference']:+.3f} (p={test['p']:.2g})"
+def _improvement(test: dict) -> str:
+  return f"{test['improvement']:+.1f} (p={test['p']:.2g})"
 
 
 def _print_table(table: report.Table) -> None:
@@ -88,17 +88,18 @@ def analyze_turingadvice(args):
   situations, _ = turingadvice.read_turingadvice_eval(args.eval_file)
   result = ta_analysis.analyze(situations, seed=args.seed)
   systems = result["systems"]
-  pairs = {(t["a"], t["b"]): t for t in result["paired_ttests"]}
+  pairs = {(t["a"], t["b"]): t for t in result["improvements"]}
   categories = ta_analysis.DIAGNOSTIC_CATEGORIES
   tables = [
       report.Table(f"Preferred over the top Reddit advice ({result['n_situations']} situations, 95% CI)",
                    ("system", "preference rate", "continuous score"),
                    [(s, _ci(result["preference_rates"][s]), _ci(result["continuous_scores"][s]))
                     for s in systems]),
-      report.Table("Paired t-tests on continuous scores: row minus column (p)", ["system"] + systems,
-                   [[a] + [_difference(pairs[(a, b)]) if a != b else "" for b in systems] for a in systems]),
-      report.Table("Diagnostics of the system's advice where the Reddit advice won (share of ratings)",
-                   ["system", "n"] + list(categories),
+      report.Table("Improvement (Fig. 5): preference rate of row minus column, in points (p: paired t-test "
+                   "on the continuous scores, appendix C)", ["system"] + systems,
+                   [[a] + [_improvement(pairs[(a, b)]) if a != b else "" for b in systems] for a in systems]),
+      report.Table("Diagnostics of the system's advice where the Reddit advice won (Fig. 7: share of the "
+                   "pieces of advice, n)", ["system", "n"] + list(categories),
                    [[s, d["n"]] + [f"{d['shares'][c]:.3f}" for c in categories]
                     for s, d in result["diagnostics"].items()]),
       report.Table("Preference rate by domain", ["domain", "n"] + systems,

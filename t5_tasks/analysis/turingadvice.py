@@ -1,8 +1,11 @@
-"""The TuringAdvice human evaluation, recomputed from the released ratings.
+"""The TuringAdvice human evaluation, recomputed from the released ratings: preference
+rates (Fig. 4), improvements between systems with their significance (Fig. 5), the
+diagnostics of lost advice (Fig. 7) and rates by domain (Fig. 10).
 
 Works on `t5_tasks.sources.turingadvice.TuringAdviceSituation` records (any
 objects with `id`, `subreddit` and `ratings: {system: TurkRating}`).
 """
+import collections
 import itertools
 from typing import Sequence
 
@@ -11,21 +14,23 @@ from scipy import stats
 
 from t5_tasks.analysis import mean_interval
 
+# Fig. 10's caption lists each domain's subreddits; r/Advice is in none of its lists (though
+# §A.1 collects it), so its situations go to OTHER_DOMAIN.
 DOMAINS = {
     "relationships": ("relationships", "relationship_advice", "dating_advice", "dating", "Marriage", "love"),
     "legal": ("legaladvice",),
-    "life": ("internetparents", "needadvice", "techsupport", "Advice"),
+    "life": ("internetparents", "needadvice", "techsupport"),
 }
 OTHER_DOMAIN = "other"
 
 # Diagnostics describe the advice that lost; for a system that is its own advice
 # only where the Reddit advice was preferred, so only those ratings are counted.
+# Fig. 7 (footnote 10) counts Dangerous with Not helpful.
 _HELPFULNESS = {"helpful": "slightly helpful", "slightlyhelpful": "slightly helpful",
-                "nothelpful": "not helpful", "dangerous": "dangerous"}
+                "nothelpful": "not helpful", "dangerous": "not helpful"}
 _JUSTIFICATION = {
     "slightly helpful": {"meaning": "meaning problem", "writing": "writing problem"},
     "not helpful": {"neutral": "possibly helpful", "contradiction": "never helpful"},
-    "dangerous": {"neutral": "possibly helpful", "contradiction": "never helpful"},
 }
 DIAGNOSTIC_CATEGORIES = tuple(f"{h} / {j}" for h, js in _JUSTIFICATION.items() for j in js.values())
 
@@ -69,19 +74,25 @@ def mean_continuous_scores(situations: Sequence, *, seed: int = 0) -> dict[str, 
           for system, by_id in continuous_scores(situations).items()}
 
 
-def paired_ttests(situations: Sequence) -> list[dict]:
-  """Paired t-test of continuous scores for every ordered pair of systems.
+def improvements(situations: Sequence) -> list[dict]:
+  """Fig. 5 for every ordered pair of systems (a, b), over the situations both were rated on.
 
-  `difference` is the mean of (a - b) over the situations both were rated on.
+  `improvement`: a's preference rate minus b's, in percentage points (the paper's "absolute
+  percentage": T5-11B over T5-3B 3, over Grover-Mega 5); `t`, `p`: appendix C's paired t-test
+  on the continuous scores, the significance Fig. 5 marks; `continuous_difference`: the mean of
+  (a - b) in those scores, the quantity the t-test is on.
   """
   scores = continuous_scores(situations)
   rows = []
   for a, b in itertools.permutations(scores, 2):
-    shared = [i for i in scores[a] if i in scores[b]]
-    x = np.array([scores[a][i] for i in shared])
-    y = np.array([scores[b][i] for i in shared])
+    shared = [s for s in situations if a in s.ratings and b in s.ratings]
+    x = np.array([scores[a][s.id] for s in shared])
+    y = np.array([scores[b][s.id] for s in shared])
+    won_a = np.mean([s.ratings[a].is_preferred for s in shared])
+    won_b = np.mean([s.ratings[b].is_preferred for s in shared])
     result = stats.ttest_rel(x, y)
-    rows.append({"a": a, "b": b, "n": len(shared), "difference": float(np.mean(x - y)),
+    rows.append({"a": a, "b": b, "n": len(shared), "improvement": float(100 * (won_a - won_b)),
+                 "continuous_difference": float(np.mean(x - y)),
                  "t": float(result.statistic), "p": float(result.pvalue)})
   return rows
 
@@ -97,19 +108,48 @@ def diagnostic_category(diagnostic, where: str = "") -> str:
   return f"{helpfulness} / {justification}"
 
 
+def _modes(values: Sequence[str]) -> list[str]:
+  counts = collections.Counter(values)
+  return [v for v, n in counts.items() if n == max(counts.values())]
+
+
+def advice_categories(diagnostics: Sequence, where: str = "") -> dict[str, float]:
+  """One piece of advice's Fig. 7 rating, {category: weight} summing to 1, from its majority
+  workers' diagnostics: the helpfulness most of them chose, then among those workers the
+  justification most chose (the two levels §5.1's footnote 9 measures agreement on); a tie
+  splits the advice's weight equally."""
+  categories = [diagnostic_category(d, where).split(" / ") for d in diagnostics]
+  weights = {}
+  helpful_modes = _modes([h for h, _ in categories])
+  for helpfulness in helpful_modes:
+    justification_modes = _modes([j for h, j in categories if h == helpfulness])
+    for justification in justification_modes:
+      weights[f"{helpfulness} / {justification}"] = 1 / (len(helpful_modes) * len(justification_modes))
+  return weights
+
+
 def diagnostic_distribution(situations: Sequence) -> dict[str, dict]:
-  """{system: {"n": ratings counted, "shares": {category: share}}} over lost situations."""
+  """Fig. 7: {system: {"n": pieces of advice rated, "n_ratings": worker ratings,
+  "shares": {category: share of the pieces of advice}}} over the situations the system lost.
+
+  Shares are per piece of advice (§5.1: the retrieval baseline's advice is "irrelevant", possibly
+  helpful elsewhere, "84% of the time"), not per worker rating (which gives it 0.78 on the first
+  100 situations: advice rated by two workers weighs less than advice rated by three).
+  """
   result = {}
   for system in systems_of(situations):
-    counts = dict.fromkeys(DIAGNOSTIC_CATEGORIES, 0)
+    weights = dict.fromkeys(DIAGNOSTIC_CATEGORIES, 0.0)
+    pieces = ratings = 0
     for situation in situations:
       rating = situation.ratings.get(system)
-      if rating is None or rating.is_preferred:
+      if rating is None or rating.is_preferred or not rating.diagnostics:
         continue
-      for diagnostic in rating.diagnostics:
-        counts[diagnostic_category(diagnostic, f"situation {situation.id!r}, system {system!r}")] += 1
-    total = sum(counts.values())
-    result[system] = {"n": total, "shares": {c: (n / total if total else 0.0) for c, n in counts.items()}}
+      pieces, ratings = pieces + 1, ratings + len(rating.diagnostics)
+      where = f"situation {situation.id!r}, system {system!r}"
+      for category, weight in advice_categories(rating.diagnostics, where).items():
+        weights[category] += weight
+    result[system] = {"n": pieces, "n_ratings": ratings,
+                      "shares": {c: (w / pieces if pieces else 0.0) for c, w in weights.items()}}
   return result
 
 
@@ -132,7 +172,7 @@ def analyze(situations: Sequence, *, seed: int = 0) -> dict:
       "systems": systems_of(situations),
       "preference_rates": preference_rates(situations, seed=seed),
       "continuous_scores": mean_continuous_scores(situations, seed=seed),
-      "paired_ttests": paired_ttests(situations),
+      "improvements": improvements(situations),
       "diagnostics": diagnostic_distribution(situations),
       "by_domain": preference_rates_by_domain(situations, seed=seed),
   }

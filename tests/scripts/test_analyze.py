@@ -37,7 +37,7 @@ def test_turingadvice_on_the_real_file(capsys, tmp_path, shared_data):
   assert analysis["preference_rates"]["T5-11B"]["value"] == pytest.approx(wins / len(rows))
   rate = analysis["preference_rates"]["T5-11B"]
   assert "T5-11B" in console and f"{rate['value']:.3f} [{rate['low']:.3f}, {rate['high']:.3f}]" in console
-  assert "Paired t-tests" in console and "Preference rate by domain" in console
+  assert "Improvement (Fig. 5)" in console and "Preference rate by domain" in console
 
 
 def test_asq_with_system_predictions_on_quickstart(capsys, tmp_path):
