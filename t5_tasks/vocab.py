@@ -21,6 +21,9 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
+import storage
+import t5_tasks  # _silent_stderr
+
 # T5 checkpoints expect the SentencePiece model with 100 sentinel ids (<extra_id_0> ...).
 DEFAULT_EXTRA_IDS = 100
 
@@ -29,7 +32,21 @@ DEFAULT_EXTRA_IDS = 100
 def _build(sentencepiece_model_path: Optional[str], extra_ids: int) -> seqio.Vocabulary:
   if sentencepiece_model_path is None:
     return seqio.ByteVocabulary(extra_ids=extra_ids)
-  return seqio.SentencePieceVocabulary(sentencepiece_model_path, extra_ids=extra_ids)
+  vocabulary = seqio.SentencePieceVocabulary(sentencepiece_model_path, extra_ids=extra_ids)
+  # Read now: seqio reads on first use, where an unreachable file is a 60-line TensorFlow traceback.
+  # stderr is silent meanwhile: TensorFlow's C++ GCS client logs its failed credential probes there.
+  try:
+    with t5_tasks._silent_stderr():  # pylint: disable=protected-access
+      vocabulary.tokenizer  # pylint: disable=pointless-statement
+  except tf.errors.OpError as error:
+    cause = " ".join(error.message.split()).split(" when reading ")[0]  # the path is named once, first
+    advice = ("copy it to a local file and bind that path" if storage.is_bucket(sentencepiece_model_path)
+              else "bind the path of a model that exists")
+    raise storage.StorageError(
+        f"{sentencepiece_model_path}: the SentencePiece model cannot be read ({cause}); {advice}: "
+        "--gin.SENTENCEPIECE_MODEL_PATH=\"'spiece.model'\" with a recipe of "
+        "gin/recipes/, else --gin.t5_tasks.vocab.get_vocabulary.sentencepiece_model_path=...") from None
+  return vocabulary
 
 
 @gin.configurable
