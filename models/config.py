@@ -6,7 +6,8 @@ import jax.numpy as jnp
 
 @dataclasses.dataclass(frozen=True)
 class T5Config:
-  """Sizes and choices of one T5.1.1 network; published sizes live in gin/models/t5_1_1/."""
+  """Sizes and choices of one T5 network: T5.1.1 by default; published sizes live in
+  gin/models/t5_1_1/ and, for the original T5 (ReLU MLP, tied output layer), gin/models/t5_1_0/."""
   vocab_size: int = 32128
   emb_dim: int = 512
   num_heads: int = 6
