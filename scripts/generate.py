@@ -5,8 +5,8 @@ r"""Generates advice with nucleus sampling (top-p 0.95), with gin, on the comman
 
 generates for the inputs of the advice task (MIXTURE_OR_TASK_NAME, SPLIT); with
 --gin.INPUT_FILE="'situations.jsonl'" for a JSON lines file of situations instead (`title`,
-`selftext`, `subreddit`, optional `id` and `created_utc`), formatted as the advice task formats
-its inputs. `advice_generator` is the same model behind the leaderboard server (scripts/serve.py).
+`selftext`, `subreddit`, optional `id` and `created_utc`: without it, February 14, 2020), formatted
+as the advice task formats its inputs. `advice_generator` is the same model behind the leaderboard server (scripts/serve.py).
 
 Best-of-N (Stiennon et al. 2020, §4.1): with a reward model, each input gets NUM_SAMPLES samples,
 their rewards, the index of the best and the KL; the run prints the KL and the mean reward of
@@ -28,7 +28,6 @@ single process writes:
   python -m scripts.launch_local --num_processes=2 --devices_per_process=2 -- -m scripts.generate \
       --gin_file=gin/models/t5_1_1/tiny.gin --gin_file=gin/runs/infer.gin --gin.MESH_SHAPE='(2, 2)' ...
 """
-import time
 from typing import Callable, Sequence
 
 import gin
@@ -39,19 +38,26 @@ from absl import flags
 from runner import infer as infer_lib
 from scripts import train as train_script  # the shared gin command line
 
+# The date of a situation that gives none: February 14, 2020 (00:00 UTC), the TuringAdvice
+# leaderboard's human-evaluation round (../shared/data/turingadvice/feb-14-2020_first100.jsonl).
+# Training inputs always carry their post's date, so a fixed one keeps the input's form and
+# makes it the same on any day (the clock would change it daily).
+UNDATED_CREATED_UTC = 1581638400
+
 
 def situation_formatter(vocabulary, input_length: int) -> Callable[[dict], str]:
   """The advice task's input text for a situation (t5_tasks.preprocessors.advice_inputs_text).
 
   The situation is trimmed by whole middle paragraphs to fit `input_length` tokens with EOS, as
-  the task does. A situation without `created_utc` (the leaderboard API sends none) is dated now.
+  the task does. A situation without `created_utc` (the leaderboard API sends none) is dated
+  UNDATED_CREATED_UTC, so that the same request is the same model input on any day.
   """
   from t5_tasks import preprocessors  # pylint: disable=g-import-not-at-top  # TensorFlow, only when used
 
   count_tokens = preprocessors.token_counter(vocabulary)
 
   def format_inputs(situation: dict) -> str:
-    created_utc = int(situation.get("created_utc", time.time()))
+    created_utc = int(situation.get("created_utc", UNDATED_CREATED_UTC))
     return preprocessors.advice_inputs_text(situation["subreddit"], created_utc, situation["title"],
                                             situation["selftext"], count_tokens, input_length - 1)
   return format_inputs
