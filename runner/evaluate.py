@@ -6,7 +6,7 @@ tokens its score mask marks, then normalised as NORMALIZATIONS lists) or its rew
 (`data.pack_candidates`), so that short candidates are not padded to the batch's longest. A
 generation task's one candidate is its reference text: its summed log-likelihood and token count
 give the task's loss and perplexity (model selection by validation perplexity, as TuringAdvice
-§5 does). Per item, one JSON line
+§3.2 does). Per item, one JSON line
 (`runner.outputs` format) holds every candidate's score, the prediction, the gold labels and
 the task's metadata. Items are batched with items of alike lengths (less padding) and read on a
 thread while the device scores; each batch's lines are written as soon as it is scored (a kill
