@@ -11,7 +11,8 @@ runner/partitioning.initialize_distributed) and, with --devices_per_process, tha
 CPU devices. On CPU the processes' collectives go over gloo, as a pod's go over its interconnect:
 the program is the one a TPU pod slice runs.
 
-Each line a process prints is prefixed with its index (`[1] step 20/100 ...`). SIGTERM or SIGINT
+Each line a process prints is prefixed with its index (`[1] step 20/100 ...`); gloo's connection
+lines (`[Gloo] Rank 0 is connected to ...`) are left out. SIGTERM or SIGINT
 (Ctrl-C) to the launcher sends SIGTERM to every process: they save the same step and exit. When a process fails,
 the others get --grace_seconds to stop by themselves (jax's coordination service stops them once
 it misses the lost one's heartbeats), then are killed. The exit code is 0 when all succeed, else
@@ -69,8 +70,16 @@ def process_env(index: int, count: int, port: int, devices: int | None, heartbea
   return env
 
 
+# gloo's line per process and collective context ("[Gloo] Rank 0 is connected to 1 peer ranks. ..."):
+# with 2 processes, 8 of them before the run prints anything of its own.
+GLOO_LINE = "[Gloo] "
+
+
 def _relay(stream, prefix: str, out, lock: threading.Lock) -> None:
+  """Copies a process's lines to `out`, each prefixed, less gloo's connection lines."""
   for line in stream:
+    if line.startswith(GLOO_LINE):
+      continue
     with lock:
       out.write(prefix + line)
       out.flush()
