@@ -1,0 +1,188 @@
+"""scripts.heap: HEAP's protocols as one command, and Tables 2 and 3 from each target's own run.
+
+The paper's figures the tables print are read back from the paper's own text (Tables 2 and 3 of
+../shared/papers/heap.txt, the extraction's LaTeX and its "SRPI" undone). The commands run as a
+user runs them (a subprocess, on the quickstart files, the tiny model, one or two steps, this
+run's compilation cache); a cell is checked against the items of its own run's predictions.jsonl
+and metrics.json.
+"""
+import json
+import math
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from runner import heap_benchmark as bench
+from runner import outputs
+from t5_tasks.sources import heap
+from tests.conftest import PROJECT_ROOT
+from tests.t5_tasks.test_tasks import write_heap_fixtures
+
+PAPER = PROJECT_ROOT.parent / "shared" / "papers" / "heap.txt"
+TINY = ("--model_gin=gin/models/t5_1_1/tiny.gin", "--seeds=0", "--accumulation_steps=1",
+        "--gin.TASK_FEATURE_LENGTHS={'inputs': 256, 'targets': 64}")
+
+
+def _cell(text: str) -> tuple[float, float]:
+  """'$\\overline{62.84 \\pm 2.89}$' or '4\\overline{4.35\\pm10.03}' -> (62.84, 2.89)."""
+  text = re.sub(r"\\overline|[${} ]", "", text).replace("\\pm", "±")
+  mean, std = text.split("±")
+  return float(mean), float(std)
+
+
+def _paper_rows(lines) -> dict[str, list[str]]:
+  rows = {}
+  for line in lines:
+    name, *cells = line.split("\t")
+    name = "SRPl" if name == "SRPI" else name  # the extraction's l as I
+    if name in heap.HEAP_CRITERIA:
+      rows[name] = cells
+  return rows
+
+
+def paper_lines() -> list[str]:
+  if not PAPER.is_file():
+    pytest.skip(f"{PAPER} is not here")
+  return PAPER.read_text(encoding="utf-8").splitlines()
+
+
+def test_the_paper_figures_are_tables_2_and_3_of_heap_txt():
+  lines = paper_lines()
+  start = next(i for i, line in enumerate(lines) if line.startswith("Task\tAccuracy"))
+  end = next(i for i, line in enumerate(lines) if line.startswith("Table 2:"))
+  table_2 = _paper_rows(lines[start:end])
+  assert list(table_2) == list(heap.HEAP_CRITERIA)  # every row, in Table 2's order
+  assert {t: tuple(_cell(c) for c in cells[:4]) for t, cells in table_2.items()} == bench.PAPER_TABLE_2
+  clusters = [i for i, line in enumerate(lines) if line.startswith("Cluster ")]
+  ends = clusters[1:] + [next(i for i, line in enumerate(lines) if line.startswith("Table 3:"))]
+  for cluster, first, last in zip(bench.TABLE_3_CLUSTERS, clusters, ends):
+    rows = _paper_rows(lines[first:last])
+    assert list(rows) == list(heap.CLUSTERS[cluster])  # Table 3's members are heap.CLUSTERS'
+    assert {t: _cell(cells[2]) for t, cells in rows.items()} == bench.PAPER_TABLE_3[cluster]
+    assert {t: _cell(cells[1]) for t, cells in rows.items()} == {t: bench.PAPER_TABLE_2[t][3] for t in rows}
+    average = next(line for line in lines[first:last] if line.startswith("Average")).split("\t")
+    assert (float(average[2]), float(average[3])) == bench.PAPER_TABLE_3_AVERAGE[cluster]
+
+
+def test_each_protocol_plans_one_run_per_target_and_seed():
+  def count(criterion):
+    return 10
+  plans = {p: bench.plan(p, heap, out_dir="runs", seeds=[0, 1], train_examples=count) for p in bench.PROTOCOLS}
+  assert {p: len(runs) for p, runs in plans.items()} == {
+      "base": 2, "single_task": 44, "multitask": 2, "cross_task": 44, "cross_cluster": 2 * (9 + 10 + 9)}
+  cng = next(r for r in plans["cross_cluster"] if r.name == "hate_speech_cng" and r.seed == 1)
+  row = heap.TABLE_4["cross_task"]["CNG"]  # Table 4 has no cross-cluster rows
+  assert cng.targets == ("CNG",) and set(cng.trained) == set(heap.CLUSTERS["hate_speech"]) - {"CNG"}
+  assert (cng.batch_size, cng.train_steps) == (8 * row.gradient_accumulation,
+                                               math.ceil(row.epochs * 8 * 10 / (8 * row.gradient_accumulation)))
+  assert cng.eval_dir("CNG") == "runs/cross_cluster/hate_speech_cng/seed_1/eval_cng"
+  with pytest.raises(ValueError, match="unknown HEAP cluster.*hate; known: context"):
+    bench.plan("cross_cluster", heap, out_dir="runs", seeds=[0], clusters=["hate"], train_steps=1)
+
+
+def _evaluation(folder: pathlib.Path, task: str, pairs, fingerprint: str, recorded=None) -> str:
+  """An evaluation folder as runner/evaluate.py writes it: (good, bad) scores of each item."""
+  folder.mkdir(parents=True)
+  outputs.write_predictions(str(folder), [
+      {"task": task, "id": f"{task}-{i}", "scores": [good, bad], "gold": [1, 0], "prediction": int(bad > good)}
+      for i, (good, bad) in enumerate(pairs)])
+  half = np.mean([(g > b) + 0.5 * (g == b) for g, b in pairs])
+  value = half if recorded is None else recorded
+  outputs.write_metrics(str(folder), {task: {"pairwise_accuracy": {"value": value, "low": 0.0, "high": 1.0}}},
+                        provenance={"params_fingerprint": fingerprint, "checkpoint_step": 2})
+  return str(folder)
+
+
+def test_a_tie_is_wrong_and_half_right_only_in_the_named_variant(tmp_path):
+  folder = _evaluation(tmp_path / "e", "heap_cng", [(1.0, 0.0), (0.5, 0.5), (0.0, 1.0), (2.0, 1.0)], "a")
+  entry = bench.run_accuracy(folder, "heap_cng")
+  assert (entry["accuracy"], entry["accuracy_ties_half"], entry["ties"]) == (0.5, 0.625, 1)
+  wrong = _evaluation(tmp_path / "w", "heap_cng", [(1.0, 0.0)], "a", recorded=0.25)
+  with pytest.raises(ValueError, match=r"w/metrics.json: heap_cng pairwise_accuracy 0.25 disagrees"):
+    bench.run_accuracy(wrong, "heap_cng")
+
+
+def test_two_evaluations_of_one_checkpoint_are_not_two_seeds(tmp_path):
+  runs = bench.plan("single_task", heap, out_dir=str(tmp_path), seeds=[0, 1], targets=["CNG"], train_steps=1)
+  for run in runs:
+    _evaluation(pathlib.Path(run.eval_dir("CNG")), "heap_cng", [(1.0, 0.0)], "same parameters")
+  with pytest.raises(ValueError, match="seed_1/eval_cng and .*seed_0/eval_cng evaluated the same parameters"):
+    bench.cell(runs, "CNG", heap.task_name)
+
+
+def heap_command(*arguments) -> subprocess.CompletedProcess:
+  result = subprocess.run([sys.executable, "-m", "scripts.heap", *arguments], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0 and "Traceback" not in result.stderr, result.stdout[-3000:] + result.stderr[-3000:]
+  return result
+
+
+def test_dry_run_prints_the_22_run_cross_task_plan(tmp_path):
+  import gin  # pylint: disable=g-import-not-at-top
+  import seqio  # pylint: disable=g-import-not-at-top
+  files = write_heap_fixtures(tmp_path)  # the sources without quickstart files
+  result = heap_command("--protocol=cross_task", "--dry_run", f"--out_dir={tmp_path / 'runs'}", "--seeds=0",
+                        f"--gin.t5_tasks.tasks.data_files.files={files!r}")
+  lines = [line for line in result.stdout.splitlines() if re.match(r"^ *\d+\. cross_task ", line)]
+  assert "cross_task: 22 runs (0 finished)" in result.stdout and len(lines) == 22, result.stdout
+  gin.parse_config(f"t5_tasks.tasks.data_files.files = {files!r}")
+  try:
+    train = {t: seqio.get_mixture_or_task(heap.task_name(t)).num_input_examples("train") for t in heap.HEAP_CRITERIA}
+  finally:
+    gin.clear_config()
+  for line, target in zip(lines, heap.HEAP_CRITERIA):
+    row = heap.TABLE_4["cross_task"][target]
+    examples = sum(train.values()) - train[target]  # every criterion but the target
+    steps = math.ceil(row.epochs * examples / (8 * row.gradient_accumulation))
+    assert (f"cross_task {target.lower()} seed 0: trains on heap_cross_task_{target.lower()} (21 criteria), "
+            f"batch {8 * row.gradient_accumulation} (accumulation {row.gradient_accumulation}), "
+            f"lr {row.learning_rate:g}, {steps} steps") in line and line.split("tests on ")[1].startswith(
+                f"{target};"), line
+  assert not (tmp_path / "runs").exists()  # a dry run runs nothing
+
+
+def test_cross_cluster_cells_come_from_each_targets_own_run(tmp_path):
+  out = tmp_path / "heap"
+  arguments = ("--protocol=cross_cluster", "--clusters=hate_speech", "--targets=cng,hso", f"--out_dir={out}",
+               "--train_steps=1", *TINY)
+  result = heap_command(*arguments)
+  tables = json.loads((out / "heap_tables.json").read_text())
+  rows = tables["table_3"]["hate_speech"]["rows"]
+  for target in ("CNG", "HSO"):
+    eval_dir = out / "cross_cluster" / f"hate_speech_{target.lower()}" / "seed_0" / f"eval_{target.lower()}"
+    metrics = outputs.read_metrics(str(eval_dir))
+    task = heap.task_name(target)
+    # The run evaluated its held-out target alone (the groups average that one task).
+    assert {name for name in metrics if not name.startswith("heap_cluster_") and name != "heap"} == {task}
+    records = outputs.read_predictions(str(eval_dir / "predictions.jsonl"))
+    good = np.array([r["scores"][r["gold"].index(1)] for r in records])
+    bad = np.array([r["scores"][r["gold"].index(0)] for r in records])
+    cell = rows[target]["cross_cluster"]
+    assert cell["accuracy"]["mean"] == pytest.approx(np.mean(good > bad)) and cell["accuracy"]["n"] == 1
+    assert cell["accuracy_ties_half"]["mean"] == pytest.approx(metrics[task]["pairwise_accuracy"]["value"])
+    assert cell["seeds"][0]["checkpoint_step"] == 1
+    shown = f"{100 * np.mean(good > bad):.2f} (1) | {bench.PAPER_TABLE_3['hate_speech'][target][0]:.2f} ±"
+    assert re.search(rf"^\| {target} \| - \| - \| [^|]+ \| {re.escape(shown)}", result.stdout, re.M), result.stdout
+  assert rows["BCN"]["cross_cluster"] is None  # not run: no figure, and no cluster average
+  assert tables["table_3"]["hate_speech"]["average"]["cross_cluster"] is None
+  again = heap_command(*arguments)
+  assert "cross_cluster: 2 runs, 2 finished, 0 to run" in again.stdout and "===" not in again.stdout
+
+
+def test_base_scores_the_seeded_head_a_training_run_starts_from(tmp_path):
+  import jax  # pylint: disable=g-import-not-at-top
+  from models import reward as reward_lib  # pylint: disable=g-import-not-at-top
+  from runner import checkpoints  # pylint: disable=g-import-not-at-top
+  out = tmp_path / "heap"
+  heap_command("--protocol=base", "--targets=cng", f"--out_dir={out}", *TINY)
+  model_dir = out / "base" / "all" / "seed_0"
+  config, params = checkpoints.load_params(str(model_dir))
+  expected = reward_lib.init_reward_params(config, jax.random.PRNGKey(0))  # runner/train.py's step 0, seed 0
+  assert jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, params, expected))
+  tables = json.loads((out / "heap_tables.json").read_text())
+  assert tables["table_2"]["CNG"]["base"]["accuracy"]["n"] == 1
+  assert tables["table_2"]["CNG"]["single_task"] is None
