@@ -14,15 +14,19 @@ its command line imports Apache Beam, which this project does not install.
 """
 from typing import Sequence
 
-import tensorflow_datasets as tfds
 from absl import app
 from absl import flags
 
-from t5_tasks.sources import tfds_builders
+from scripts import console
+
+# TensorFlow (tfds, the builders) is imported inside the functions, once absl has started: imported
+# at the top of this file, its GPU probe would run in app.run with stderr open, printing `failed call
+# to cuInit` on a CPU machine (as scripts/analyze.py explains).
 
 
 def dataset_names() -> list[str]:
   """Every buildable dataset: `name`, or `name/config` for each config of a builder that has them."""
+  from t5_tasks.sources import tfds_builders  # pylint: disable=g-import-not-at-top
   return [f"{b.name}/{c.name}" if c else b.name
           for b in tfds_builders.manual_builders() for c in b.BUILDER_CONFIGS or [None]]
 
@@ -46,6 +50,8 @@ def build(manual_dir: str, data_dir: str | None = None,
   Returns {dataset: {split: examples}} of the prepared ones. Without `datasets`, a dataset
   with no files under manual_dir is skipped; a named one is an error (FileNotFoundError).
   """
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  from t5_tasks.sources import tfds_builders  # pylint: disable=g-import-not-at-top,unused-import  # registers them
   prepared = {}
   for name in _expand(datasets) if datasets else dataset_names():
     builder = tfds.builder(name, data_dir=data_dir)
@@ -66,6 +72,8 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   args = flags.FLAGS
+  console.quiet_libraries()  # TFDS logs each file it writes at INFO
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   tfds.disable_progress_bar()  # one summary line per dataset instead
   prepared = build(args.manual_dir, args.data_dir, args.datasets)
   if not prepared:
@@ -77,7 +85,7 @@ if __name__ == "__main__":
                       required=True)
   flags.DEFINE_string("data_dir", None, "TFDS data dir to prepare into (default: TFDS's, $TFDS_DATA_DIR or "
                       "~/tensorflow_datasets).")
-  flags.DEFINE_list("datasets", [], "Only these: builder names ("
-                    + ", ".join(b.name for b in tfds_builders.manual_builders())
-                    + ") or heap_comparisons/<criterion> (its abbreviation in lower case, e.g. av).")
+  flags.DEFINE_list("datasets", [], "Only these: builder names of t5_tasks/sources/tfds_builders.py (asq, "
+                    "timedial, ...; a wrong one is named with the list) or heap_comparisons/<criterion> (its "
+                    "abbreviation in lower case, e.g. av).")
   app.run(main)

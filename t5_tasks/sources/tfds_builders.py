@@ -53,6 +53,14 @@ class _ManualBuilder(tfds.core.GeneratorBasedBuilder):
     return tfds.core.DatasetInfo(builder=self, description=self.DESCRIPTION,
                                  features=tfds.features.FeaturesDict(self.FEATURES))
 
+  # TFDS prints "Downloading and preparing dataset Unknown size ..." and "Dataset ... downloaded and
+  # prepared to ..." around each build, with no download here; scripts.build_tfds prints one line.
+  def _log_download_bytes(self) -> None:
+    pass
+
+  def _log_download_done(self) -> None:
+    pass
+
   def found_files(self, manual_dir) -> dict[str, list[str]]:
     """{split: paths} of this builder's files under manual_dir; splits without files are left out."""
     files = {split: find_files(manual_dir, patterns) for split, patterns in self.FILES.items()}

@@ -49,3 +49,22 @@ def test_named_datasets_only_and_each_must_have_its_files(manual_dir, tmp_path):
     build_tfds.build(str(manual_dir), str(tmp_path / "tfds"), ["timedial", "asq"])
   with pytest.raises(app.UsageError, match="unknown dataset 'timedail'"):
     build_tfds.build(str(manual_dir), str(tmp_path / "tfds"), ["timedail"])
+
+
+def test_the_command_prints_one_line_per_dataset_and_nothing_of_the_libraries(manual_dir, tmp_path):
+  """No absl INFO line of TFDS's, no "Downloading and preparing dataset" (nothing is downloaded),
+  no `failed call to cuInit` on a CPU machine: the user's environment as is."""
+  import os  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  data_dir = tmp_path / "tfds"
+  result = subprocess.run([sys.executable, "-m", "scripts.build_tfds", f"--manual_dir={manual_dir}",
+                           f"--data_dir={data_dir}", "--datasets=timedial,heap_comparisons/av"],
+                          cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0 and result.stderr == "", result.stderr[-3000:]
+  timedial_items = len(json.loads((DATA / "timedial_test.json").read_text()))
+  lines = result.stdout.splitlines()
+  assert lines[0] == f"timedial: test {timedial_items} -> {data_dir / 'timedial' / '1.1.0'}", lines
+  assert len(lines) == 2 and lines[1].startswith("heap_comparisons/av: train "), lines
