@@ -211,23 +211,37 @@ def metrics_table(metrics: Mapping[str, Mapping[str, Mapping[str, float]]]) -> T
   return Table("Metrics (95% bootstrap intervals)", ("task", "metric", "value", "low", "high"), rows)
 
 
+GROUP_BOUNDS = "members' 95% bounds averaged (not a bootstrapped interval of the average)"
+
+
+def metric_line(task: str, name: str, entry: Mapping[str, float]) -> str:
+  """One console line of a metric: its value and 95% bootstrap interval; a group's average
+  (`runner.evaluate.group_metrics`, with its task count) says what its bounds are instead."""
+  bounds = f"[{entry['low']:.4f}, {entry['high']:.4f}]"
+  if "tasks" in entry:
+    bounds = f"mean of {entry['tasks']} tasks; {GROUP_BOUNDS}: {bounds}"
+  return f"{task:40s} {name:28s} {entry['value']:.4f}  {bounds}"
+
+
 def groups_table(groups: Mapping[str, Mapping[str, Mapping[str, float]]]) -> Table:
-  """Averages over groups of tasks (`runner.evaluate.group_metrics`), each with its task count."""
+  """Averages over groups of tasks (`runner.evaluate.group_metrics`), each with its task count.
+  Their bounds are the members' averaged (the members share no items to resample jointly), so
+  the columns say so rather than look like the metrics table's 95% intervals."""
   rows = [(group, name, e["tasks"], e["value"], e["low"], e["high"])
           for group, by_name in groups.items() for name, e in by_name.items()]
-  return Table("Averages over groups of tasks, unweighted (intervals: the members' bounds averaged)",
-               ("group", "metric", "tasks", "value", "low", "high"), rows)
+  return Table(f"Averages over groups of tasks, unweighted; low and high: the {GROUP_BOUNDS}",
+               ("group", "metric", "tasks", "value", "members' low, averaged", "members' high, averaged"), rows)
 
 
 def group_charts(groups: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[BarChart]:
-  """One chart per metric, a bar per group (apart from the tasks': the bars are averages)."""
+  """One chart per metric, a bar per group (apart from the tasks': the bars are averages), without
+  error bars: a group has no interval of its own (groups_table gives its members' bounds)."""
   by_metric: dict[str, list[tuple[str, Mapping[str, float]]]] = {}
   for group, by_name in groups.items():
     for name, entry in by_name.items():
       by_metric.setdefault(name, []).append((f"{group} ({entry['tasks']})", entry))
-  return [BarChart(title=f"{name}, averaged over groups of tasks", labels=[g for g, _ in rows],
-                   values=[e["value"] for _, e in rows], lows=[e["low"] for _, e in rows],
-                   highs=[e["high"] for _, e in rows])
+  return [BarChart(title=f"{name}, averaged over groups of tasks (no interval)", labels=[g for g, _ in rows],
+                   values=[e["value"] for _, e in rows])
           for name, rows in sorted(by_metric.items())]
 
 

@@ -21,12 +21,13 @@ from absl import app
 from absl import flags
 
 from runner import evaluate as evaluate_lib
+from runner import report
 from scripts import train as train_script  # the shared gin command line
 
 
 def format_metrics(metrics) -> str:
-  """One line per task and metric: value and 95% interval."""
-  return "\n".join(f"{task:40s} {name:28s} {e['value']:.4f}  [{e['low']:.4f}, {e['high']:.4f}]"
+  """One line per task and metric: value and 95% interval (a group's average: what its bounds are)."""
+  return "\n".join(report.metric_line(task, name, e)
                    for task, by_name in metrics.items() for name, e in by_name.items())
 
 

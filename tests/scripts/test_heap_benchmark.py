@@ -186,3 +186,18 @@ def test_base_scores_the_seeded_head_a_training_run_starts_from(tmp_path):
   tables = json.loads((out / "heap_tables.json").read_text())
   assert tables["table_2"]["CNG"]["base"]["accuracy"]["n"] == 1
   assert tables["table_2"]["CNG"]["single_task"] is None
+
+
+def test_a_group_average_is_not_printed_as_a_95_percent_interval():
+  from runner import report  # pylint: disable=g-import-not-at-top
+  from scripts import evaluate as evaluate_script  # pylint: disable=g-import-not-at-top
+  task = {"value": 0.5, "low": 0.25, "high": 0.75}
+  printed = evaluate_script.format_metrics({"heap_cng": {"pairwise_accuracy": task},
+                                            "heap_cluster_hate_speech": {"pairwise_accuracy": {**task, "tasks": 9}}})
+  cng, cluster = printed.splitlines()
+  assert cng.split() == ["heap_cng", "pairwise_accuracy", "0.5000", "[0.2500,", "0.7500]"]
+  assert cluster.split()[:3] == ["heap_cluster_hate_speech", "pairwise_accuracy", "0.5000"]
+  assert "mean of 9 tasks; members' 95% bounds averaged (not a bootstrapped interval" in cluster
+  groups = {"heap_cluster_hate_speech": {"pairwise_accuracy": {**task, "tasks": 9}}}
+  assert report.groups_table(groups).columns[-2:] == ("members' low, averaged", "members' high, averaged")
+  assert report.group_charts(groups)[0].lows is None  # no error bars drawn as if an interval
