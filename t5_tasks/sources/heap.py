@@ -10,7 +10,7 @@ signed preference decides, and 0 gives none. Two outputs with the same text are
 compared like any others (HEAP counts them), though no model can tell them apart.
 
 The 22 criteria, their Table 4 input layout, Table 5 instructions and Table 3 clusters are
-declared here as data (Ben-David et al., HEAP); `t5_tasks.families` registers one task per
+declared here as data (Mehri & Shwartz 2023, HEAP); `t5_tasks.families` registers one task per
 criterion, `heap_<abbreviation>`, and `t5_tasks.mixtures` the paper's four protocols.
 """
 import collections

@@ -6,11 +6,14 @@ what reaches the trainer (mixture, objective, batch, accumulation, learning rate
 is checked against `heap.TABLE_4`, which tests/t5_tasks/test_sources_heap.py checks against the
 paper's own Table 4. The README runs the cross-cluster recipe and its evaluation end to end.
 """
+import re
+
 import gin
 import pytest
 
 from t5_tasks import families
 from t5_tasks.sources import heap
+from tests.conftest import PROJECT_ROOT
 from tests.scripts.test_recipes_turingadvice import cli_flags  # pylint: disable=unused-import
 from tests.scripts.test_recipes_turingadvice import run_training_until_start
 from tests.t5_tasks.test_tasks import write_heap_fixtures
@@ -49,3 +52,26 @@ def test_a_protocol_recipe_binds_table_4(monkeypatch, tmp_path, recipe):
   assert families.heap_instruction()[0] == "paper"  # Table 5's phrasing
   assert seen["initial_checkpoint_path"] is None and seen["config"].emb_dim == 64
   gin.clear_config()
+
+
+HEAP_GIN_FILES = sorted(PROJECT_ROOT.glob("gin/recipes/heap/*.gin")) + sorted(PROJECT_ROOT.glob("gin/mixtures/heap_*.gin"))
+
+
+@pytest.mark.parametrize("path", HEAP_GIN_FILES, ids=lambda p: p.name)
+def test_a_heap_gin_file_names_files_that_exist_and_the_papers_authors(path):
+  text = path.read_text()
+  named = set(re.findall(r"gin/[\w/]+\.gin", text))
+  assert [name for name in named if not (PROJECT_ROOT / name).is_file()] == []
+  paper = PROJECT_ROOT.parent / "shared" / "papers" / "heap.txt"
+  if paper.is_file() and ("et al." in text or " & " in text):
+    authors = paper.read_text(encoding="utf-8").splitlines()[2]  # "Shuhaib Mehri¹ and Vered Shwartz^{1,2} ..."
+    cited = re.search(r"\(([A-Z][\w-]+)(?: & ([A-Z][\w-]+))?(?: et al\.)?", text)
+    assert cited and all(name in authors for name in cited.groups() if name), (cited and cited.group(0), authors)
+
+
+def test_the_evaluation_recipe_tests_one_criterion_alone():
+  """§4.2: each model is tested on "the test set composed of only t's instances"."""
+  text = (PROJECT_ROOT / RECIPES / "evaluate.gin").read_text()
+  name = re.search(r"^MIXTURE_OR_TASK_NAME = '(\w+)'", text, re.M).group(1)
+  assert name == "heap_cng" == heap.task_name(re.search(r"heap_cross_cluster_hate_speech_(\w+)'",
+                                                        (PROJECT_ROOT / RECIPES / "cross_cluster.gin").read_text()).group(1))
