@@ -222,6 +222,46 @@ def source_provenance(task) -> dict:
   return describe() if describe is not None else {"source": str(task.source)}
 
 
+def tasks_provenance(tasks) -> tuple[dict, dict | None]:
+  """({task name: `source_provenance`}, the tasks' configuration): t5_tasks' sources each report
+  the configuration of all its configurables (gin's, the same for every task), kept once."""
+  described = {task.name: dict(source_provenance(task)) for task in tasks}
+  configurations = [entry.pop("configuration") for entry in described.values() if "configuration" in entry]
+  return described, (configurations[0] if configurations else None)
+
+
+# Fields of a data file's record that do not identify its data: where it is (a run copied
+# elsewhere reads the same data), and what its reader made of it (decided by the content, which
+# the sha256 identifies).
+FILE_LOCATION_FIELDS = ("path", "records_read", "records_skipped", "records_normalised")
+
+
+def content_identity(record: Mapping, ignore: Sequence[str] = ()) -> dict:
+  """A provenance `record` flattened to {"a.b[0].c": value}, without the fields `ignore` names
+  (dotted) and each data file's FILE_LOCATION_FIELDS: every other field, present or future, is
+  compared, so that no hand-kept list can miss one."""
+  def flat(value, prefix):
+    if isinstance(value, Mapping):
+      for key, item in value.items():
+        if f"{prefix}{key}" in ignore or (".files[" in prefix and key in FILE_LOCATION_FIELDS):
+          continue
+        yield from flat(item, f"{prefix}{key}.")
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Mapping) for v in value):
+      for i, item in enumerate(value):
+        yield from flat(item, f"{prefix[:-1]}[{i}].")
+    else:
+      yield prefix[:-1], list(value) if isinstance(value, tuple) else value
+  return dict(flat(record, ""))
+
+
+def identity_differences(recorded: Mapping, now: Mapping, only_recorded: bool = False) -> list[str]:
+  """"field: recorded X, now Y" for each field of two `content_identity`s that differs (with
+  `only_recorded`, of the fields `recorded` holds: a record older than a field does not know it)."""
+  fields = set(recorded) if only_recorded else set(recorded) | set(now)
+  return [f"{k}: recorded {recorded.get(k, '(none)')!r}, now {now.get(k, '(none)')!r}"
+          for k in sorted(fields) if recorded.get(k, "(none)") != now.get(k, "(none)")]
+
+
 def require_examples(tasks, split: str) -> None:
   """Stops with the task, split and files named when a task's `split` holds no example."""
   for task in tasks:

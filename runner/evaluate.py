@@ -26,9 +26,13 @@ same batch (jax's preemption sync point).
 
 Every output directory records its provenance (`evaluation.json`, and metrics.json's
 "provenance"): the checkpoint's step and a fingerprint of its parameters, the model config, each
-data file read (path, size, sha256, records read and skipped) and the examples per split, the
-vocabulary, feature lengths, scorer and normalisation, and the project's git commit. Resuming into
-a directory whose recorded provenance differs in anything that changes scores is refused.
+data file or folder read (path, size, sha256, records read and skipped; a TFDS dataset's name,
+version, splits and prepared files) and the examples per split, every setting of t5_tasks'
+configurables (`t5_tasks.tasks.task_configuration`: TimeDial's target_format, HEAP's split, ...),
+the vocabulary, feature lengths, scorer and normalisation, and the project's git commit. An output
+directory holding predictions (finished or not) of a provenance that differs in anything but where
+the checkpoint and the data are and the commit (`score_identity`) is refused, before anything is
+scored or written, naming each differing setting with both values.
 """
 import collections
 import contextlib
@@ -62,7 +66,8 @@ import storage
 
 SETTINGS_FILE = run_dir.SETTINGS  # what an output directory holds, checked on resuming
 # Provenance fields that do not change scores: a moved checkpoint or a new commit may resume.
-NOT_SCORE_FIELDS = ("checkpoint_path", "version")
+NOT_SCORE_FIELDS = ("checkpoint_path", "vocabulary.model_file", "version")
+MAX_CHANGES_SHOWN = 4  # settings named with both values in a refusal; the rest are counted
 # Elements hashed per parameter: all of a smaller one, an evenly strided sample of a larger one
 # (with its shape), so that fingerprinting an XXL model costs a few MB of transfers, not 40 GB.
 FINGERPRINT_SAMPLE = 1 << 16
@@ -128,6 +133,10 @@ def _reward_scorer(config: T5Config, normalization: str):
 # candidate_ids, candidate_segments and score_mask [B, S] (on the mesh); `lengths` the host's
 # tokens, scored_chars and scored_bytes [B, K]. Adding one is adding an entry.
 SCORERS = {"likelihood": _likelihood_scorer, "reward": _reward_scorer}
+# The per-candidate extras each scorer records in predictions.jsonl, which some metrics read (a
+# generation task's perplexity reads log_likelihoods and tokens; a metric function names what it
+# reads as its `record_fields`, t5_tasks.tasks).
+SCORER_RECORDS = {"likelihood": ("log_likelihoods", "tokens"), "reward": ()}
 
 
 def check_scoring(scorer: str, normalization: str) -> None:
@@ -135,6 +144,21 @@ def check_scoring(scorer: str, normalization: str) -> None:
     raise ValueError(f"SCORER must be one of {sorted(SCORERS)}, got {scorer!r}")
   if normalization not in NORMALIZATIONS:
     raise ValueError(f"NORMALIZATION must be one of {sorted(NORMALIZATIONS)}, got {normalization!r}")
+
+
+def check_metrics_scorable(tasks, scorer: str) -> None:
+  """Stops, before anything is scored, when a task's metric reads what `scorer` does not record
+  (a reward model has no perplexity for a generation task): the scores would be thrown away."""
+  for task in tasks:
+    for metric_fn in task.score_metric_fns:
+      reads = getattr(metric_fn, "record_fields", ())
+      missing = [field for field in reads if field not in SCORER_RECORDS[scorer]]
+      if missing:
+        able = [name for name, fields in SCORER_RECORDS.items() if set(reads) <= set(fields)]
+        name = getattr(getattr(metric_fn, "func", metric_fn), "__name__", "metric")
+        raise ValueError(f"SCORER={scorer!r} cannot evaluate {task.name}: its metric {name} reads each "
+                         f"item's {' and '.join(missing)}, which only SCORER={' or '.join(map(repr, able))} "
+                         f"records; evaluate a mixture without {task.name}, or with that scorer")
 
 
 def make_score_fn(config: T5Config, scorer: str, normalization: str = "token", mesh=None,
@@ -498,41 +522,52 @@ def project_version() -> str:
 def _vocabulary(tasks) -> dict:
   vocabulary = tasks[0].output_features["inputs"].vocabulary
   vocabulary = getattr(vocabulary, "resolved", vocabulary)  # t5_tasks' gin-configured wrapper
-  return {"class": type(vocabulary).__name__, "size": int(vocabulary.vocab_size),
-          "model_file": getattr(vocabulary, "sentencepiece_model_file", None)}
+  model_file = getattr(vocabulary, "sentencepiece_model_file", None)
+  return {"class": type(vocabulary).__name__, "size": int(vocabulary.vocab_size), "model_file": model_file,
+          "model_sha256": model_file and hashlib.sha256(storage.read_bytes(model_file)).hexdigest()}
 
 
 def provenance(*, mixture_or_task_name, split, checkpoint_path, config: T5Config, params, tasks,
                task_feature_lengths, scorer, normalization) -> dict:
   """What produced an evaluation's numbers (the module docstring lists it), as JSON reads it back
   (tuples as lists), so that it compares equal to a recorded one."""
+  described, configuration = data.tasks_provenance(tasks)
   record = {"mixture_or_task_name": mixture_or_task_name, "split": split, "scorer": scorer,
             "normalization": normalization if scorer == "likelihood" else None,
             "checkpoint_path": storage.absolute(checkpoint_path),
             "checkpoint_step": checkpoint_step(checkpoint_path),
             "params_fingerprint": params_fingerprint(params), "model_config": dataclasses.asdict(config),
             "task_feature_lengths": dict(task_feature_lengths), "vocabulary": _vocabulary(tasks),
-            "data": {task.name: data.source_provenance(task) for task in tasks},
-            "version": project_version()}
+            "data": described, "task_configuration": configuration, "version": project_version()}
   return json.loads(json.dumps(record))
 
 
+def score_identity(settings: Mapping) -> dict:
+  """`settings` as compared on resuming (`data.content_identity`): all but where the checkpoint,
+  the vocabulary's file and the data are (their fingerprints and sha256 identify them) and the
+  project's version (NOT_SCORE_FIELDS)."""
+  return data.content_identity(json.loads(json.dumps(settings)), NOT_SCORE_FIELDS)
+
+
 def _check_settings(output_dir: str, settings: dict) -> None:
-  """Refuses to resume predictions of another provenance, naming the fields (`_record_settings`
-  records it)."""
+  """Refuses predictions of another provenance in `output_dir` (finished or not), naming each
+  setting that differs with both values (`score_identity` compares them), and predictions whose
+  provenance is unknown; `_record_settings` records it."""
   layout = run_dir.EvalDir(output_dir)
   path = layout.settings
-  if storage.exists(path) and (outputs.read_written_ids(layout.predictions)
-                               or storage.list_names(layout.prediction_parts)):
-    previous = json.loads(storage.read_text(path))
-    changed = sorted(k for k in set(previous) | set(settings)
-                     if k not in NOT_SCORE_FIELDS and previous.get(k) != settings.get(k))
-    if changed:
-      raise ValueError(
-          f"{output_dir} holds predictions of another evaluation; fields that differ from {path}: "
-          f"{', '.join(changed)} (recorded checkpoint step {previous.get('checkpoint_step')}, now "
-          f"{settings.get('checkpoint_step')}); resuming would mix their scores. Use a new "
-          "EVAL_OUTPUT_DIR, or delete this one to start over")
+  if not (outputs.read_written_ids(layout.predictions) or storage.list_names(layout.prediction_parts)):
+    return
+  if not storage.exists(path):
+    raise ValueError(f"{output_dir} holds predictions but no {run_dir.SETTINGS}: what produced them is "
+                     "unknown, and resuming could mix their scores with these. Use a new EVAL_OUTPUT_DIR, "
+                     "or delete this one to start over")
+  changed = data.identity_differences(score_identity(json.loads(storage.read_text(path))), score_identity(settings))
+  if changed:
+    shown = "; ".join(changed[:MAX_CHANGES_SHOWN])
+    more = f"; and {len(changed) - MAX_CHANGES_SHOWN} more" if len(changed) > MAX_CHANGES_SHOWN else ""
+    raise ValueError(f"{output_dir} holds predictions of another evaluation; settings that differ from "
+                     f"{path}: {shown}{more}; resuming or reusing them would mix their scores. Use a new "
+                     "EVAL_OUTPUT_DIR, or delete this one to start over")
 
 
 def _record_settings(output_dir: str, settings: dict) -> None:
@@ -646,6 +681,7 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   rules = partitioning.as_rules(logical_axis_rules)
   partitioning.check_batch_size(batch_size, mesh, rules)
   tasks = candidate_tasks(mixture_or_task_name, split)
+  check_metrics_scorable(tasks, scorer)
   data.require_examples(tasks, split)
   config, params = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)
   settings = provenance(mixture_or_task_name=mixture_or_task_name, split=split,

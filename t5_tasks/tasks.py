@@ -26,6 +26,7 @@ Mixtures keep only inputs, targets, candidates and candidate_labels.
 """
 import functools
 import hashlib
+import inspect
 import os
 import pathlib
 from typing import Callable, Mapping
@@ -36,6 +37,7 @@ import tensorflow as tf
 
 import storage
 from t5_tasks import families
+from t5_tasks import metrics
 from t5_tasks import preprocessors
 from t5_tasks import vocab
 from t5_tasks.sources import tfds_builders  # pylint: disable=unused-import  (registers builders)
@@ -86,9 +88,8 @@ def _identity(path) -> tuple[tuple, int]:
   return (os.path.abspath(path), stat.st_size, stat.st_mtime_ns), stat.st_size
 
 
-def file_record(dataset: str, key: str, path: str) -> dict:
-  """What provenance keeps of one data file (local or `gs://`): dataset key, split key, path,
-  size and sha256."""
+def _file_sha256(path) -> tuple[str, str, int]:
+  """(the file's name as provenance keeps it, its sha256, its size), hashed once per version."""
   cache_key, size = _identity(path)
   if cache_key not in _FILE_HASHES:
     digest = hashlib.sha256()
@@ -96,32 +97,114 @@ def file_record(dataset: str, key: str, path: str) -> dict:
       for block in iter(lambda: f.read(1 << 20), b""):
         digest.update(block)
     _FILE_HASHES[cache_key] = digest.hexdigest()
-  quickstart = not storage.is_bucket(path) and os.path.dirname(cache_key[0]) == str(QUICKSTART_DIR)
-  return {"dataset": dataset, "split": key, "path": cache_key[0], "bytes": size,
-          "sha256": _FILE_HASHES[cache_key], "quickstart": quickstart}
+  return cache_key[0], _FILE_HASHES[cache_key], size
+
+
+def _folder_sha256(path) -> tuple[str, str, int, int]:
+  """(the folder's name as provenance keeps it, sha256, bytes, files) of a folder (HEAP's CommonGen
+  sheets, CHASM's files, a prepared TFDS dataset): over each file's name relative to the folder and
+  its own sha256, in name order, so that a copy elsewhere hashes the same and any renamed, added,
+  removed or changed file does not."""
+  folder = storage.absolute(path).rstrip("/")
+  members = [p for p in storage.glob(folder, "**/*") if storage.is_file(p)]
+  digest, total = hashlib.sha256(), 0
+  for member in sorted(members, key=lambda p: p[len(folder):]):
+    _, sha256, size = _file_sha256(member)
+    digest.update(f"{member[len(folder):].lstrip('/')}\0{sha256}\n".encode())
+    total += size
+  return folder, digest.hexdigest(), total, len(members)
+
+
+def file_record(dataset: str, key: str, path: str) -> dict:
+  """What provenance keeps of one data file or folder (local or `gs://`): dataset key, split key,
+  path, size and sha256 (a folder's over its files' relative names and contents, `_folder_sha256`,
+  with their count). The path is for people; the content identifies the data."""
+  if storage.is_dir(path):
+    name, sha256, size, count = _folder_sha256(path)
+    extra = {"files": count}
+  else:
+    (name, sha256, size), extra = _file_sha256(path), {}
+  quickstart = not storage.is_bucket(path) and os.path.dirname(name) == str(QUICKSTART_DIR)
+  return {"dataset": dataset, "split": key, "path": name, "bytes": size, "sha256": sha256,
+          "quickstart": quickstart, **extra}
+
+
+# Configurables whose bindings name data by path: the data's content is recorded instead.
+_DATA_PATH_CONFIGURABLES = ("t5_tasks.tasks.data_files",)
+
+
+def _setting_value(value):
+  """A bound value as provenance compares it: a macro by its value, a file it names by its content
+  (a SentencePiece model, HEAP's instructions.json: a copy elsewhere is the same setting), any
+  other reference by its text."""
+  if isinstance(value, gin.config.ConfigurableReference):
+    if value.configurable.selector == "gin.macro":
+      return _setting_value(gin.query_parameter("%" + value.scoped_selector.split("/")[0]))
+    return str(value)
+  if isinstance(value, (list, tuple)):
+    return [_setting_value(v) for v in value]
+  if isinstance(value, Mapping):
+    return {str(k): _setting_value(v) for k, v in value.items()}
+  if isinstance(value, str) and value and (storage.is_bucket(value) or os.path.isfile(value)):
+    return {"file sha256": _file_sha256(value)[1]}
+  if value is None or isinstance(value, (bool, int, float, str)):
+    return value
+  if value is gin.REQUIRED:
+    return "REQUIRED"
+  if callable(value):  # a function default (a mixture's rate): its name, not its address
+    return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', type(value).__name__)}"
+  return repr(value)
+
+
+def task_configuration() -> dict:
+  """Every parameter of every t5_tasks configurable as it stands (its default, or its gin binding;
+  a scoped binding under "scope/selector"): what changes the tasks' examples (TimeDial's
+  target_format, HEAP's split and instructions, the vocabulary, the filters), gathered from gin,
+  not listed by hand. The data files' bindings are left to `file_record` (by content)."""
+  out = {}
+  for selector, configurable in gin.config._REGISTRY.items():  # pylint: disable=protected-access
+    if not selector.startswith("t5_tasks.") or selector in _DATA_PATH_CONFIGURABLES:
+      continue
+    parameters = inspect.signature(configurable.wrapped).parameters.values()
+    out[selector] = {p.name: _setting_value(p.default) for p in parameters
+                     if p.default is not inspect.Parameter.empty}
+  for (scope, selector), bindings in gin.config._CONFIG.items():  # pylint: disable=protected-access
+    if selector.startswith("t5_tasks.") and selector not in _DATA_PATH_CONFIGURABLES:
+      name = f"{scope}/{selector}" if scope else selector
+      out.setdefault(name, {}).update({k: _setting_value(v) for k, v in bindings.items()})
+  return dict(sorted(out.items()))
 
 
 class ReaderSource(seqio.FunctionDataSource):
   """Examples built in Python by a reader-backed function, when the dataset is first built.
 
   The files are resolved through gin at that time, so bindings parsed after import apply;
-  examples are kept per resolved file set.
+  examples are kept per resolved file set. A split is asked for only when it is used: a task whose
+  test file alone is bound (ASQ's training file is not public) evaluates.
   """
 
-  def __init__(self, build: Callable[[], dict[str, list[dict]]], signature, splits, files_key):
+  def __init__(self, build: Callable[[], dict[str, list[dict]]], signature, splits, files_key,
+               task_name: str = ""):
     self._build = build
     self._signature = signature
     self._files_key = files_key
+    self._task_name = task_name
     self._cache = {}
     super().__init__(dataset_fn=self._dataset_fn, splits=splits)
 
-  def examples(self, split: str) -> list[dict]:
+  def _built(self) -> dict[str, list[dict]]:
     key = repr(sorted((k, sorted(data_files(k).items())) for k in self._files_key))
     if key not in self._cache:
       self._cache[key] = self._build()
-    built = self._cache[key]
+    return self._cache[key]
+
+  def examples(self, split: str) -> list[dict]:
+    built = self._built()
     if split not in built:
-      raise ValueError(f"no {split!r} split in {built.keys()} (files: {key})")
+      bound = {k: data_files(k) for k in self._files_key}
+      raise ValueError(f"{self._task_name or 'task'}: no {split!r} split in the files bound ({bound}: "
+                       f"splits {', '.join(built) or 'none'}); bind a {split!r} file in "
+                       "t5_tasks.tasks.data_files.files")
     return built[split]
 
   def _dataset_fn(self, split, shuffle_files, seed=None):
@@ -135,12 +218,14 @@ class ReaderSource(seqio.FunctionDataSource):
 
   def data_provenance(self) -> dict:
     """The files this source reads (path, size, sha256, quickstart or not, records read and
-    skipped) and its examples per split.
+    skipped), its examples per split the files hold, and the tasks' configuration
+    (`task_configuration`).
 
     The readers validate every record and stop at the first bad one (none is skipped here), so
     the examples per split are what the files hold.
     """
-    examples = {split: len(self.examples(split)) for split in self.splits}  # reads the files
+    built = self._built()  # reads the files
+    examples = {split: len(built[split]) for split in self.splits if split in built}
     files = []
     for dataset in self._files_key:
       for key, path in sorted(data_files(dataset).items()):
@@ -149,7 +234,26 @@ class ReaderSource(seqio.FunctionDataSource):
                       "records_read": None if report is None else report.read,
                       "records_skipped": None if report is None else report.skipped,
                       "records_normalised": None if report is None else dict(report.normalised)})
-    return {"files": files, "examples": examples}
+    return {"files": files, "examples": examples, "configuration": task_configuration()}
+
+
+class TfdsSourceWithProvenance(seqio.TfdsDataSource):
+  """seqio's TFDS source that records its data provenance: the dataset's name, version and splits,
+  and the prepared folder's content (`file_record`), so that a `_tfds` task's evaluation is tied
+  to the data it read as a file task's is."""
+
+  def __init__(self, tfds_name: str, splits: Mapping[str, str]):
+    super().__init__(tfds_name, splits=dict(splits))
+    self._split_names = dict(splits)  # task split -> TFDS split
+
+  def data_provenance(self) -> dict:
+    builder = self.tfds_dataset.builder
+    record = file_record(builder.info.full_name, "all", os.fspath(builder.data_dir))
+    return {"tfds": {"name": builder.info.full_name, "version": str(builder.info.version),
+                     "splits": self._split_names},
+            "files": [{**record, "quickstart": False}],
+            "examples": {split: self.num_input_examples(split) for split in self.splits},
+            "configuration": task_configuration()}
 
 
 def candidate_targets(output, example=None, is_target=False):
@@ -200,6 +304,20 @@ def _add_quickstart_files(quickstart_files: families.Files):
                        f"{QUICKSTART_FILES[dataset]} and {dict(files)}")
 
 
+# Metrics that read the likelihood scorer's per-candidate records (`candidate_targets` passes them
+# on); runner/evaluate.py refuses, before scoring, a scorer that does not record them.
+_LIKELIHOOD_METRICS = (metrics.perplexity_metric_fn,)
+
+
+def _metric_fns(metric_fn) -> list:
+  """The task's metric_fns, each naming the scorer records it reads as `record_fields`."""
+  if metric_fn is None:
+    return []
+  declared = functools.partial(metric_fn)
+  declared.record_fields = ("log_likelihoods", "tokens") if metric_fn in _LIKELIHOOD_METRICS else ()
+  return [declared]
+
+
 def register_family(family: families.TaskFamily) -> tuple[str, ...]:
   """Adds each task of `family` to seqio.TaskRegistry, with its `_tfds` twin; returns the names."""
   names = []
@@ -208,10 +326,10 @@ def register_family(family: families.TaskFamily) -> tuple[str, ...]:
     datasets = tuple(task.quickstart_files)
     sources = {task.name: (ReaderSource(
         functools.partial(_examples_from_bound_files, task.examples, datasets),
-        task.signature, task.splits, datasets), task.steps)}
+        task.signature, task.splits, datasets, task.name), task.steps)}
     if task.tfds:
       sources[f"{task.name}_tfds"] = (
-          seqio.TfdsDataSource(task.tfds.name, splits=task.tfds.splits),
+          TfdsSourceWithProvenance(task.tfds.name, splits=task.tfds.splits),
           (task.tfds.to_examples, *task.steps))
     for name, (source, steps) in sources.items():
       seqio.TaskRegistry.add(
@@ -220,7 +338,7 @@ def register_family(family: families.TaskFamily) -> tuple[str, ...]:
           preprocessors=[*steps, *_TOKENIZE],
           output_features=CANDIDATE_FEATURES,
           postprocess_fn=candidate_targets,
-          metric_fns=[task.metric_fn] if task.metric_fn else [])
+          metric_fns=_metric_fns(task.metric_fn))
       names.append(name)
   return tuple(names)
 

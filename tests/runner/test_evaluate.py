@@ -183,8 +183,12 @@ def test_interrupted_evaluation_resumes_to_the_same_outputs(uninterrupted, check
   monkeypatch.setattr(scoring, "score_packed", lambda *a, **k: calls.append(1) or real_score(*a, **k))
   _run(checkpoint, tmp_path)
   assert len(calls) == len(batch_sizes) - 3  # the finished batches are not scored again
-  for name in (outputs.METRICS_FILE, outputs.PREDICTIONS_FILE):
-    assert (tmp_path / name).read_bytes() == (uninterrupted / name).read_bytes(), name
+  assert (tmp_path / outputs.PREDICTIONS_FILE).read_bytes() == (uninterrupted / outputs.PREDICTIONS_FILE).read_bytes()
+  def without_version(directory):  # the checkout's commit may move between the two runs (others commit)
+    metrics = json.loads((directory / outputs.METRICS_FILE).read_text())
+    del metrics[outputs.PROVENANCE_KEY]["version"]
+    return metrics
+  assert without_version(tmp_path) == without_version(uninterrupted)
 
 
 def test_metric_groups_average_the_finished_task_metrics(uninterrupted, checkpoint, tmp_path,
@@ -229,10 +233,53 @@ def test_reward_scorer_needs_a_reward_head(checkpoint, tmp_path):
     _run(checkpoint, tmp_path, mixture_or_task_name="heap_ah", scorer="reward")
 
 
-def test_refuses_to_resume_with_other_settings(uninterrupted, checkpoint):
-  with pytest.raises(ValueError, match=r"holds predictions of another evaluation; fields that differ "
-                                       r"from .*evaluation.json: normalization \("):
-    _run(checkpoint, uninterrupted, normalization="none")
+def _files(directory):
+  return {path.name: path.read_bytes() for path in directory.iterdir() if path.is_file()}
+
+
+TARGET_FORMAT = ("task_configuration.t5_tasks.preprocessors.timedial_target_format.target_format: "
+                 "recorded 'span_corruption', now 'plain'")
+
+
+@pytest.mark.parametrize("overrides, binding, named", [
+    (dict(normalization="none"), None, "normalization: recorded 'token', now 'none'"),
+    (dict(task_feature_lengths={**LENGTHS, "targets": 16}), None,
+     "task_feature_lengths.targets: recorded 32, now 16"),
+    ({}, ("t5_tasks.preprocessors.timedial_target_format.target_format", "plain"), TARGET_FORMAT),
+])
+def test_a_finished_evaluation_is_never_reused_with_one_scoring_setting_changed(
+    uninterrupted, checkpoint, gin_config, monkeypatch, overrides, binding, named):
+  if binding:
+    gin.bind_parameter(*binding)
+  before = _files(uninterrupted)
+  monkeypatch.setattr(scoring, "score_packed", None)  # refused before anything is scored
+  with pytest.raises(ValueError) as refused:
+    _run(checkpoint, uninterrupted, run_config="# another configuration\n", **overrides)
+  message = str(refused.value)
+  assert message.startswith(f"{uninterrupted} holds predictions of another evaluation; settings that differ "
+                            f"from {uninterrupted / evaluate.SETTINGS_FILE}: {named}")
+  assert message.endswith("resuming or reusing them would mix their scores. Use a new EVAL_OUTPUT_DIR, "
+                          "or delete this one to start over") and "\n" not in message
+  assert _files(uninterrupted) == before  # config.gin, evaluation.json and the metrics as they were
+
+
+def test_predictions_of_unknown_provenance_are_not_resumed(uninterrupted, checkpoint, tmp_path, monkeypatch):
+  (tmp_path / outputs.PREDICTIONS_FILE).write_bytes((uninterrupted / outputs.PREDICTIONS_FILE).read_bytes())
+  monkeypatch.setattr(scoring, "score_packed", None)
+  with pytest.raises(ValueError, match=rf"^{tmp_path} holds predictions but no evaluation.json: what produced "
+                                       r"them is unknown"):
+    _run(checkpoint, tmp_path)
+
+
+def test_a_scorer_that_cannot_give_a_metric_is_refused_before_scoring(tmp_path, monkeypatch):
+  monkeypatch.setattr(reward_lib, "reward_packed", None)  # nothing may be scored
+  with pytest.raises(ValueError) as refused:
+    _run(str(tmp_path / "no_checkpoint_needed"), tmp_path / "out", scorer="reward")
+  assert str(refused.value) == (
+      "SCORER='reward' cannot evaluate turingadvice_generation: its metric perplexity_metric_fn reads each "
+      "item's log_likelihoods and tokens, which only SCORER='likelihood' records; evaluate a mixture "
+      "without turingadvice_generation, or with that scorer")
+  assert not (tmp_path / "out").exists()
 
 
 def test_rejects_unknown_scorer_and_missing_config(tmp_path):
