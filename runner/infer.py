@@ -260,6 +260,9 @@ def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
     rows, input_ids, vocabulary = task_inputs(mixture_or_task_name, split, task_feature_lengths)
   else:
     raise ValueError("infer: give a generation task (MIXTURE_OR_TASK_NAME) or an input_file of situations")
+  if not rows:  # an empty output file would read as a finished run
+    raise ValueError(f"infer: nothing to generate for: {input_file} holds no situations" if input_file is not None
+                     else f"infer: nothing to generate for: task {mixture_or_task_name} has no {split!r} inputs")
   rules = partitioning.as_rules(logical_axis_rules)
   mesh, (config, params), reward_model = _load(checkpoint_path, model_config, reward_checkpoint_path,
                                                mesh_shape, rules, batch_size)

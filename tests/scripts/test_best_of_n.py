@@ -1,16 +1,19 @@
-"""Best-of-N TL;DR summaries end to end, as a user runs them (Stiennon et al. 2020, §4.1).
+"""The summarize-from-feedback recipes end to end on the quickstart files, as a user runs them
+(Stiennon et al. 2020: B.1's supervised baseline and reward model, §3.4's normalisation, §4.1's
+best-of-N), with the tiny model and a few steps.
 
-One tiny pairwise run on the quickstart comparisons (in this process) is both models: its reward head is the reward
-model (normalised on the quickstart references at the end of training), its transformer the
-policy (a few steps of either objective only need to be a model that samples). Then
-scripts.generate's command line with the best_of_n recipe (run in this process, as its
-`__main__` runs it, so that the checks reuse its compiled programs); each line is checked against an
-independent re-sampling (the documented seed scheme) and re-scoring with `models.reward.reward`.
-The checks here read no TensorFlow: the inputs are byte-encoded as ByteVocabulary does.
+Each recipe runs through its command line in this process (tests/helpers/cli.py), with nothing
+but sizes overridden: appendix A's filters keep the quickstart references. The supervised run is
+the policy, the reward run (started from it) the reward model, normalised at the end of training
+and again by normalize_reward.gin, which must give the same offset. Each best-of-N line is then
+checked against an independent re-sampling (the documented seed scheme) and re-scoring with
+`models.reward.reward`; those checks read no TensorFlow: the inputs are byte-encoded as
+ByteVocabulary does.
 """
 import json
 import math
 import re
+import shutil
 
 import jax
 import numpy as np
@@ -18,7 +21,6 @@ import pytest
 
 from models import decoding
 from models import reward as reward_lib
-from models.config import T5Config
 from runner import checkpoints
 from runner import partitioning
 from runner import reward_normalization
@@ -26,47 +28,69 @@ from tests.helpers import cli
 
 N = 3
 INPUT_LENGTH, MAX_LENGTH, BATCH = 256, 16, 2
+RECIPES = "gin/recipes/summarize_from_feedback"
+TINY = "--gin_file=gin/models/t5_1_1/tiny.gin"
+# Small enough to compile fast on two cores; the recipes' own are 512 and 49.
+TRAINING = [f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {INPUT_LENGTH}, 'targets': 64}}", "--gin.BATCH_SIZE=4"]
 
 
-def _generate(argv) -> str:
-  """stdout of `python -m scripts.generate ARGV`, run in this process as its `__main__` runs it
-  (tests/helpers/cli.py), from the project root; fails on a non-zero exit."""
-  from scripts import generate as generate_script  # pylint: disable=g-import-not-at-top
-  result = cli.run_script(generate_script.main, argv, program="generate")
+def _command(script: str, argv) -> cli.CommandResult:
+  """`python -m scripts.<script> ARGV`, run in this process as its `__main__` runs it."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  return cli.run_script(importlib.import_module(f"scripts.{script}").main, argv, program=script)
+
+
+def _succeeds(script: str, argv) -> str:
+  result = _command(script, argv)
   assert result.code == 0, f"exit {result.code}\n{result.stderr[-3000:]}"
   return result.stdout
 
 
-# gin/models/t5_1_1/tiny.gin's model, so that scripts.generate's model file agrees with the checkpoint.
-TINY = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128, num_encoder_layers=2,
-                num_decoder_layers=2, mlp_activations=("gelu", "linear"), dropout_rate=0.0, dtype="float32",
-                logits_via_embedding=False)
+def _train(recipe: str, model_dir, *more) -> list[str]:
+  return [TINY, "--gin_file=gin/runs/finetune.gin", f"--gin_file={RECIPES}/{recipe}",
+          f"--gin.MODEL_DIR='{model_dir}'", *TRAINING, *more]
 
 
 @pytest.fixture(scope="module")
-def best_of_n(tmp_path_factory):
-  """(model dir, output lines, stdout of scripts.generate)."""
+def recipes(tmp_path_factory):
+  """(directory holding sft/, rm/, rm_normalized/, {recipe: stdout}, best-of-N output lines)."""
   import t5_tasks  # pylint: disable=g-import-not-at-top,unused-import  # registers the tasks
-  from runner import train as train_lib  # pylint: disable=g-import-not-at-top
-  directory = tmp_path_factory.mktemp("best_of_n")
-  model_dir = directory / "run"
-  # Training is tested elsewhere (as scripts.train); here it makes the models, in this process.
-  train_lib.train(model_config=TINY, mixture_or_task_name="summarize_feedback_preference",
-                  objective="pairwise", task_feature_lengths={"inputs": INPUT_LENGTH, "targets": 128},
-                  train_steps=3, batch_size=4, model_dir=str(model_dir), log_every=1000,
-                  normalize_reward_task="summarize_feedback_sft")
+  directory = tmp_path_factory.mktemp("recipes")
+  stdout = {"sft.gin": _succeeds("train", _train("sft.gin", directory / "sft", "--gin.TRAIN_STEPS=2"))}
+  stdout["reward_model.gin"] = _succeeds("train", _train(
+      "reward_model.gin", directory / "rm", "--gin.TRAIN_STEPS=3", f"--gin.INITIAL_CHECKPOINT_PATH='{directory}/sft'"))
+  stdout["normalize_reward.gin"] = _succeeds("normalize_reward", [
+      TINY, f"--gin_file={RECIPES}/normalize_reward.gin", f"--gin.REWARD_CHECKPOINT_PATH='{directory}/rm'",
+      f"--gin.NORMALIZED_CHECKPOINT_PATH='{directory}/rm_normalized'", *TRAINING])
   output = directory / "best_of_n.jsonl"
-  stdout = _generate([
-      "--gin_file=gin/models/t5_1_1/tiny.gin", "--gin_file=gin/runs/infer.gin",
-      "--gin_file=gin/recipes/summarize_from_feedback/best_of_n.gin",
-      f"--gin.CHECKPOINT_PATH='{model_dir}'", f"--gin.REWARD_CHECKPOINT_PATH='{model_dir}/normalized'",
-      f"--gin.INFER_OUTPUT_FILE='{output}'", "--gin.SPLIT='validation'", f"--gin.NUM_SAMPLES={N}",
-      f"--gin.BATCH_SIZE={BATCH}", f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {INPUT_LENGTH}, 'targets': {MAX_LENGTH}}}",
-      # The recipe's summary lengths are the paper's BPE tokens; quickstart bytes are longer.
-      "--gin_bindings=t5_tasks.families.reference_filter.min_summary_tokens = None",
-      "--gin_bindings=t5_tasks.families.reference_filter.max_summary_tokens = None"])
+  stdout["best_of_n.gin"] = _succeeds("generate", [
+      TINY, "--gin_file=gin/runs/infer.gin", f"--gin_file={RECIPES}/best_of_n.gin",
+      f"--gin.CHECKPOINT_PATH='{directory}/sft'", f"--gin.REWARD_CHECKPOINT_PATH='{directory}/rm/normalized'",
+      f"--gin.INFER_OUTPUT_FILE='{output}'", f"--gin.NUM_SAMPLES={N}", f"--gin.BATCH_SIZE={BATCH}",
+      f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {INPUT_LENGTH}, 'targets': {MAX_LENGTH}}}"])
   lines = [json.loads(line) for line in output.read_text().splitlines()]
-  return model_dir, lines, stdout
+  return directory, stdout, lines
+
+
+def test_the_supervised_and_reward_recipes_train_on_every_quickstart_reference(recipes):
+  directory, stdout, _ = recipes
+  # 6 references in the comparisons' 'ref' summaries, 6 in the references file; appendix A keeps all
+  # (the later runs in this process reuse the examples built here).
+  assert "summarize_feedback_sft: 12 references (6 from comparisons), filtered out 0\n" in stdout["sft.gin"]
+  assert "stopped at step 2" in stdout["sft.gin"] and "stopped at step 3" in stdout["reward_model.gin"]
+  _, policy = checkpoints.load_params(str(directory / "sft"))
+  _, reward_model = checkpoints.load_params(str(directory / "rm"))
+  assert reward_lib.HEAD not in policy and reward_lib.HEAD in reward_model
+
+
+def test_normalize_reward_gin_gives_the_offset_of_the_normalisation_at_the_end_of_training(recipes):
+  directory, stdout, _ = recipes
+  at_training = json.loads((directory / "rm" / "normalized" / reward_normalization.NORMALIZATION_FILE).read_text())
+  by_recipe = json.loads((directory / "rm_normalized" / reward_normalization.NORMALIZATION_FILE).read_text())
+  # The train split's 7 references (the news article among them, read in the transfer format).
+  assert at_training["references"]["count"] == by_recipe["references"]["count"] == 7
+  assert by_recipe["offset"] == pytest.approx(at_training["offset"], abs=1e-6)
+  assert f"offset {by_recipe['offset']:+.6f} over 7 references" in stdout["normalize_reward.gin"]
 
 
 def _byte_ids(texts):
@@ -94,9 +118,10 @@ def _byte_text(tokens):
   return "".join(pieces)
 
 
-def test_every_line_holds_n_samples_their_rewards_and_the_best(best_of_n):
-  model_dir, lines, stdout = best_of_n
-  assert len(lines) == 2  # the quickstart's two validation references
+def test_every_line_holds_n_samples_their_rewards_and_the_best(recipes):
+  _, stdout, lines = recipes
+  stdout = stdout["best_of_n.gin"]
+  assert len(lines) == 3  # the posts of the quickstart's three test references
   kl = math.log(N) - (N - 1) / N
   assert decoding.best_of_n_kl(1) == 0.0  # one sample is the policy itself
   for line in lines:
@@ -105,7 +130,7 @@ def test_every_line_holds_n_samples_their_rewards_and_the_best(best_of_n):
     assert line["kl"] == pytest.approx(kl, abs=1e-12)
     assert line["inputs"].startswith("SUBREDDIT: r/") and line["inputs"].endswith("\n\nTL;DR:")
   printed = re.search(r"best-of-3: KL ([0-9.]+) nats .*chosen samples ([-+0-9.]+), of all samples ([-+0-9.]+) "
-                      r"\(2 inputs\)", stdout)
+                      r"\(3 inputs\)", stdout)
   assert printed, stdout[-2000:]
   assert float(printed.group(1)) == pytest.approx(kl, abs=1e-6)
   chosen = np.mean([line["rewards"][line["best"]] for line in lines])
@@ -114,10 +139,10 @@ def test_every_line_holds_n_samples_their_rewards_and_the_best(best_of_n):
   assert chosen >= np.mean([line["rewards"] for line in lines])
 
 
-def test_samples_and_rewards_match_an_independent_resampling_and_rescoring(best_of_n):
-  model_dir, lines, _ = best_of_n
-  config, params = checkpoints.load_params(str(model_dir))
-  reward_config, reward_params = checkpoints.load_params(str(model_dir / reward_normalization.NORMALIZED_SUBDIR))
+def test_samples_and_rewards_match_an_independent_resampling_and_rescoring(recipes):
+  directory, _, lines = recipes
+  config, params = checkpoints.load_params(str(directory / "sft"))
+  reward_config, reward_params = checkpoints.load_params(str(directory / "rm" / reward_normalization.NORMALIZED_SUBDIR))
   rng = jax.random.PRNGKey(0)  # infer.gin's SEED; batch i samples with fold_in(rng, i)
   # On generate's mesh and rules, so that the programs are generate's (and in the compilation cache).
   with partitioning.activate(partitioning.create_mesh(-1, 1, devices=jax.local_devices())):
@@ -139,8 +164,8 @@ def _check_batches(lines, rng, config, params, reward_config, reward_params):
       np.testing.assert_allclose(line["rewards"], rewards[row], rtol=1e-5, atol=1e-5)
 
 
-def test_the_reward_model_was_normalised_at_the_end_of_training(best_of_n):
-  model_dir, _, _ = best_of_n
+def test_the_reward_model_was_normalised_at_the_end_of_training(recipes):
+  model_dir = recipes[0] / "rm"
   record = json.loads((model_dir / "normalized" / reward_normalization.NORMALIZATION_FILE).read_text())
   assert record["references"]["task"] == "summarize_feedback_sft" and record["references"]["count"] == 7
   assert record["bias_after"] == pytest.approx(record["bias_before"] - record["offset"], abs=1e-6)
@@ -151,15 +176,49 @@ def test_the_reward_model_was_normalised_at_the_end_of_training(best_of_n):
   np.testing.assert_array_equal(normalized[reward_lib.HEAD]["kernel"], trained[reward_lib.HEAD]["kernel"])
 
 
-def test_a_reward_checkpoint_without_a_reward_head_is_refused(best_of_n, tmp_path):
+def test_a_reward_checkpoint_without_a_reward_head_is_refused(recipes, tmp_path):
   from runner import infer  # pylint: disable=g-import-not-at-top
-  model_dir, _, _ = best_of_n
-  policy = tmp_path / "policy"
-  checkpoints.save_params(str(policy / "params"), {k: v for k, v in checkpoints.load_params(str(model_dir))[1].items()
-                                                   if k != reward_lib.HEAD})
-  checkpoints.write_model_config(str(policy), TINY)
+  directory = recipes[0]
   with pytest.raises(ValueError, match="has no 'reward_head': train it with OBJECTIVE='pairwise'"):
-    infer.infer(checkpoint_path=str(model_dir), output_file=str(tmp_path / "x"),
+    infer.infer(checkpoint_path=str(directory / "sft"), output_file=str(tmp_path / "x"),
                 task_feature_lengths={"inputs": INPUT_LENGTH, "targets": MAX_LENGTH},
-                mixture_or_task_name="summarize_feedback_sft", split="validation",
-                reward_checkpoint_path=str(policy))
+                mixture_or_task_name="summarize_feedback_sft", split="test",
+                reward_checkpoint_path=str(directory / "sft"))
+
+
+def test_no_inputs_to_generate_for_exits_1_in_one_line_and_writes_no_file(recipes, tmp_path):
+  directory = recipes[0]
+  output = tmp_path / "best_of_n.jsonl"
+  # A references file bound to 'train' alone, no comparisons: the test split is empty.
+  result = _command("generate", [
+      TINY, "--gin_file=gin/runs/infer.gin", f"--gin_file={RECIPES}/best_of_n.gin",
+      f"--gin.CHECKPOINT_PATH='{directory}/sft'", f"--gin.REWARD_CHECKPOINT_PATH='{directory}/rm/normalized'",
+      f"--gin.INFER_OUTPUT_FILE='{output}'",
+      "--gin_bindings=t5_tasks.tasks.data_files.files = {'summarize_feedback': {}, "
+      "'summarize_references': {'train': 't5_tasks/data/summarize_references.jsonl'}}"])
+  assert result.code == 1 and not output.exists()
+  assert result.stderr.strip().splitlines()[-1] == (
+      "error: infer: nothing to generate for: task summarize_feedback_sft has no 'test' inputs")
+
+
+def _copied_quickstart(tmp_path) -> str:
+  """A binding of the quickstart files copied under tmp_path: a file set this process has not
+  built (a task keeps its examples per file set, and this module built the quickstart's)."""
+  files = {}
+  for key, name in (("summarize_feedback", "summarize_comparisons.jsonl"),
+                    ("summarize_references", "summarize_references.jsonl")):
+    shutil.copy(f"t5_tasks/data/{name}", tmp_path / name)
+    files[key] = {"all": str(tmp_path / name)}
+  return f"--gin_bindings=t5_tasks.tasks.data_files.files = {files!r}"
+
+
+@pytest.mark.parametrize("recipe", ["sft.gin", "reward_model.gin"])
+def test_a_reference_filter_that_leaves_nothing_is_refused_before_the_first_step(recipes, recipe, tmp_path):
+  model_dir = tmp_path / "run"
+  result = _command("train", _train(
+      recipe, model_dir, "--gin.TRAIN_STEPS=2", f"--gin.INITIAL_CHECKPOINT_PATH='{recipes[0]}/sft'",
+      _copied_quickstart(tmp_path), "--gin_bindings=t5_tasks.families.reference_filter.min_summary_tokens = 40"))
+  assert result.code == 1 and not model_dir.exists()  # before the run directory, let alone a step
+  assert result.stderr.strip().splitlines()[-1] == (
+      "error: summarize_feedback_sft: t5_tasks.families.reference_filter (512, 40, 48) leaves no reference: "
+      "12 references (6 from comparisons), filtered out 12; summary under 40 tokens: 12")

@@ -218,6 +218,21 @@ def references():
                for key in ("inputs", "targets"))
 
 
+@pytest.fixture(scope="module")
+def transfer_references():
+  """`references` with news read as normalize_reward.gin reads them (Table 4's transfer format)."""
+  with gin.unlock_config():
+    gin.bind_parameter("t5_tasks.preprocessors.news_format.setting", "transfer")
+  try:
+    task = seqio.get_mixture_or_task("summarize_feedback_sft")
+    examples = list(task.get_dataset(LENGTHS, split="train", shuffle=False).as_numpy_iterator())
+  finally:
+    gin.clear_config()
+  assert any(ex["id"] == b"cnn_qsref03" and not ex["inputs_pretokenized"].startswith(b"Article:") for ex in examples)
+  return tuple(np.stack([np.pad(ex[key], (0, LENGTHS[key] - len(ex[key]))) for ex in examples])
+               for key in ("inputs", "targets"))
+
+
 def _rewards(params, references):
   return np.asarray(reward_lib.reward(TINY, params, *references), np.float64)
 
@@ -280,8 +295,9 @@ def _command_line(argv) -> tuple[int, str, str]:
   return code, out.getvalue(), err.getvalue()
 
 
-def test_normalize_reward_command_line(reward_checkpoint, references, tmp_path):
+def test_normalize_reward_command_line(reward_checkpoint, transfer_references, tmp_path):
   source, params = reward_checkpoint
+  references = transfer_references
   output = tmp_path / "normalized"
   argv = ["--gin_file=gin/models/t5_1_1/tiny.gin", "--gin_file=gin/recipes/summarize_from_feedback/normalize_reward.gin",
           f"--gin.REWARD_CHECKPOINT_PATH='{source}'", f"--gin.NORMALIZED_CHECKPOINT_PATH='{output}'",
@@ -328,9 +344,9 @@ def test_each_recipe_parses_on_the_gin_command_line_and_binds_what_it_says(recip
     train_script.check_macro_kinds()
     for name, value in macros.items():
       assert gin.query_parameter(f"%{name}") == value, name
-    if recipe != "normalize_reward.gin":
-      assert preprocessors.news_format() == "transfer"
-      assert families.reference_filter() == (512, 24, 48)  # appendix A, in the tasks' tokens
+    # Every recipe reads the references alike: normalize_reward.gin's offset is reward_model.gin's.
+    assert preprocessors.news_format() == "transfer"
+    assert families.reference_filter() == (512, 24, 48)  # appendix A's, in GPT-2 pieces
     if recipe == "reward_model.gin":
       assert gin.query_parameter("train.train.normalize_reward_task") == "summarize_feedback_sft"
       assert families.comparison_filter() == (None, ("validation",))
