@@ -323,21 +323,32 @@ def _mean_std(e: dict | None, scale: float, digits: int) -> str:
 
 
 def heap_runs(args) -> dict:
-  """Prints HEAP's Table 2 and 3 shapes over the runs of --eval_dirs; writes JSON to --output."""
+  """Prints HEAP's Table 2 and 3 shapes over the runs of --eval_dirs (each one seed of one model, a
+  distinct checkpoint); writes JSON to --output. A protocol's tables, each criterion's figure from
+  the run that held it out, are `python -m scripts.heap`'s."""
   from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top
   if not args.eval_dirs:
     raise app.UsageError("heap_runs needs --eval_dirs=DIR1,DIR2,... (evaluation output directories)")
-  runs = {}
-  for directory in args.eval_dirs:
+  runs, checkpoints = {}, {}
+  for directory in dict.fromkeys(args.eval_dirs):  # a folder named twice is one run
     if not storage.exists(storage.join(directory, outputs.METRICS_FILE)):
       raise app.UsageError(f"{directory}: no {outputs.METRICS_FILE} (evaluate the run first)")
+    # Seeds are different models: two evaluations of one checkpoint would count as two runs that
+    # agree exactly (a spread of 0.00), so they are refused by the parameters' fingerprint.
+    fingerprint = (outputs.read_provenance(directory) or {}).get("params_fingerprint")
+    if fingerprint in checkpoints:
+      raise app.UsageError(f"{directory} and {checkpoints[fingerprint]} evaluated the same parameters "
+                           f"({fingerprint[:23]}...): give one evaluation per seed's run")
+    if fingerprint:
+      checkpoints[fingerprint] = directory
     runs[directory] = outputs.read_metrics(directory)
   table = heap_run_summary(runs, tuple(heap.HEAP_CRITERIA), heap.CLUSTERS, heap.task_name)
   if not table["criteria"]:
     raise app.UsageError(f"no HEAP criterion is evaluated in {', '.join(args.eval_dirs)}")
   n = len(runs)
   _print_table(report.Table(
-      f"HEAP per criterion over {n} runs (Table 2): accuracy in %, mean ± std (ddof=1)",
+      f"HEAP per criterion over {n} runs (Table 2): accuracy in %, mean ± std (ddof=1); each folder "
+      "one seed of one model (per-protocol tables: python -m scripts.heap)",
       ("criterion", "runs", "accuracy", "Spearman"),
       [(a, e["runs"], _mean_std(e.get("pairwise_accuracy"), 100, 2),
         _mean_std(e.get("spearman"), 1, 3)) for a, e in table["criteria"].items()]))

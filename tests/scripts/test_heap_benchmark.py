@@ -201,3 +201,18 @@ def test_a_group_average_is_not_printed_as_a_95_percent_interval():
   groups = {"heap_cluster_hate_speech": {"pairwise_accuracy": {**task, "tasks": 9}}}
   assert report.groups_table(groups).columns[-2:] == ("members' low, averaged", "members' high, averaged")
   assert report.group_charts(groups)[0].lows is None  # no error bars drawn as if an interval
+
+
+def test_heap_runs_refuses_two_evaluations_of_one_checkpoint_as_two_seeds(tmp_path):
+  first = _evaluation(tmp_path / "a" / "eval", "heap_cng", [(1.0, 0.0), (0.0, 1.0)], "sha256:same")
+  again = _evaluation(tmp_path / "a" / "eval_again", "heap_cng", [(1.0, 0.0), (0.0, 1.0)], "sha256:same")
+  other = _evaluation(tmp_path / "b" / "eval", "heap_cng", [(1.0, 0.0), (1.0, 0.0)], "sha256:other")
+  analyze = [sys.executable, "-m", "scripts.analyze", "heap_runs"]
+  refused = subprocess.run([*analyze, f"--eval_dirs={first},{again}"], cwd=PROJECT_ROOT, capture_output=True,
+                           text=True, timeout=300)
+  assert refused.returncode == 1 and f"{again} and {first} evaluated the same parameters" in refused.stderr, (
+      refused.stderr[-2000:])
+  two = subprocess.run([*analyze, f"--eval_dirs={first},{other},{first}"], cwd=PROJECT_ROOT, capture_output=True,
+                       text=True, timeout=300)
+  assert two.returncode == 0, two.stderr[-2000:]
+  assert re.search(r"^CNG +2 +75\.00 ± 35\.36 ", two.stdout, re.M), two.stdout  # (50, 100): a folder named twice is one run
