@@ -18,6 +18,7 @@ import functools
 import itertools
 import json
 import re
+import shutil
 import signal
 import threading
 
@@ -191,17 +192,77 @@ def checksums(tree) -> dict[str, str]:
           for path, value in jax.tree_util.tree_flatten_with_path(sums)[0]}
 
 
+class CheckpointWriteError(OSError):
+  """A step could not be written (a full disk): one line; the steps saved before it are intact."""
+
+
+# What orbax's failed write says when the disk or quota is full (TensorStore's status, the OS's).
+_NO_SPACE = ("No space left on device", "Disk quota exceeded", "RESOURCE_EXHAUSTED")
+
+
+def _partial_steps(manager) -> list[epath.Path]:
+  """Step directories orbax had not finished writing (it renames `<step>.orbax-checkpoint-tmp*` when done)."""
+  return [path for path in epath.Path(manager.directory).glob("*.orbax-checkpoint-tmp*")]
+
+
+def _no_space(manager, step, needed: str) -> CheckpointWriteError:
+  saved = manager.all_steps()
+  return CheckpointWriteError(
+      f"checkpoint step {step} was not written: {manager.directory}: no space left on device{needed}; "
+      f"{'the steps saved before it are intact (latest: ' + str(max(saved)) + ')' if saved else 'no step is saved'}"
+      "; free some space (or name a MODEL_DIR elsewhere) and rerun to resume")
+
+
+@contextlib.contextmanager
+def _naming_write_failure(manager, step):
+  """Turns orbax's failure to write a step for want of space (met while saving the next step or
+  waiting for one) into CheckpointWriteError, and removes the step's partial files."""
+  try:
+    yield
+  except Exception as error:  # pylint: disable=broad-except  # orbax re-raises its thread's error as it was
+    if isinstance(error, CheckpointWriteError) or not any(text in str(error) for text in _NO_SPACE):
+      raise
+    failed = re.search(r"/(\d+)\.orbax-checkpoint-tmp", str(error))
+    if jax.process_index() == 0:
+      for partial in _partial_steps(manager):
+        storage.remove_tree(str(partial))
+    raise _no_space(manager, int(failed[1]) if failed else step, "") from None
+
+
+def _check_space(manager, step, trees) -> None:
+  """Refuses to start writing a step that cannot fit on a local disk: its arrays' bytes (an upper
+  bound: orbax compresses them) against the free space. A bucket has no such limit."""
+  directory = str(manager.directory)
+  if storage.is_bucket(directory):
+    return
+  needed = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(trees))
+  free = shutil.disk_usage(directory).free
+  if needed > free:
+    raise _no_space(manager, step, f" (the step needs up to {needed / 2**20:.1f} MiB, {free / 2**20:.1f} MiB free)")
+
+
 def save(manager, step, params, opt_state, data_position) -> bool:
-  """Starts an asynchronous save of step `step` (finished by `manager.wait_until_finished()`).
+  """Starts an asynchronous save of step `step` (finished by `finish(manager)`).
 
   The `data` item also holds a checksum of every array (`checksums`), so that a restore finds
-  values that changed after they were saved (a flipped bit that every file format reads)."""
+  values that changed after they were saved (a flipped bit that every file format reads).
+  A step that cannot fit on a local disk is refused before a file is written (CheckpointWriteError)."""
+  with _naming_write_failure(manager, step):
+    manager.wait_until_finished()  # the previous step's bytes are on disk before space is counted
+  _check_space(manager, step, (params, opt_state))
   record = dict(data_position, step=int(step),
                 checksums={"params": checksums(params), "opt_state": checksums(opt_state)})
   args = ocp.args.Composite(params=ocp.args.StandardSave(params),
                             opt_state=ocp.args.StandardSave(opt_state),
                             data=ocp.args.JsonSave(record))
-  return manager.save(int(step), args=args, force=True)
+  with _naming_write_failure(manager, step):
+    return manager.save(int(step), args=args, force=True)
+
+
+def finish(manager) -> None:
+  """Waits for the step being written; a failure to write it for want of space is CheckpointWriteError."""
+  with _naming_write_failure(manager, manager.latest_step()):
+    manager.wait_until_finished()
 
 
 def _check_values(item_dir, step, tree, recorded: dict | None) -> None:

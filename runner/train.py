@@ -180,8 +180,8 @@ def _print_preflight(model_config, mesh, *, batch_size, feature_lengths, device_
 def _data_record(name, split) -> dict:
   """What each training task reads (files by content, examples, the tasks' configuration), as
   MODEL_DIR/data_files.json keeps it."""
-  record = {"mixture_or_task_name": name, "split": split,
-            "tasks": {task.name: data.source_provenance(task) for task in data.tasks_with_split(name, split)}}
+  described, configuration = data.tasks_provenance(data.tasks_with_split(name, split))
+  record = {"mixture_or_task_name": name, "split": split, "tasks": described, "task_configuration": configuration}
   return json.loads(json.dumps(record))
 
 
@@ -318,7 +318,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
     for pending_step, metrics in jax.device_get(pending):
       norms = {name: float(metrics[name]) for name in ("loss", "grad_norm", "param_norm")}
       if not all(map(math.isfinite, norms.values())):
-        manager.wait_until_finished()
+        checkpoints.finish(manager)
         raise NonFiniteLossError(
             f"loss {norms['loss']}, gradient norm {norms['grad_norm']}, parameter norm {norms['param_norm']} "
             f"at step {pending_step}; stopped without saving: the last good checkpoint is step "
@@ -369,7 +369,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
     if evaluation is not None and not preempted and step not in evaluation.evaluated_steps:
       evaluate_now()  # the end of the run
     save()
-  manager.wait_until_finished()
+  checkpoints.finish(manager)
   if writer is not None:
     writer.flush()
   if normalize_reward_task is not None and not preempted:

@@ -26,11 +26,18 @@ def _not_gins_probe(record) -> bool:
   return not (record.filename == "resource_reader.py" and record.getMessage().startswith("Path not found: "))
 
 
+def _not_orbax_write_failure(record) -> bool:
+  """orbax logs a failed write with its traceback from each of its threads; the main thread then
+  says it in one line (runner.checkpoints.CheckpointWriteError)."""
+  return not ("/orbax/" in record.pathname and "RESOURCE_EXHAUSTED" in record.getMessage())
+
+
 def quiet_libraries() -> None:
   """Shows the libraries' warnings and errors only, unless --verbosity was given."""
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
     logging.get_absl_logger().addFilter(_unexpected)
+    logging.get_absl_logger().addFilter(_not_orbax_write_failure)
     logging.get_absl_handler().addFilter(_not_gins_probe)  # gin logs through the root logger
     # gcsfs logs each failed request with its traceback; storage.StorageError says it in one line.
     std_logging.getLogger("gcsfs").setLevel(std_logging.CRITICAL)

@@ -1,0 +1,72 @@
+"""A full disk while a checkpoint is written: one line saying which step was not written and that
+the earlier ones are intact, no partial step left behind, no library tracebacks (issue 35)."""
+import re
+import shutil
+import subprocess
+
+import jax
+import pytest
+
+from runner import checkpoints
+from tests.runner.test_checkpoint_damage import CONFIG, OPTIMIZER, _random_params
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 400 KiB tmpfs (two steps of CONFIG's parameters and optimizer state fit, not three)."""
+  disk = tmp_path / "disk"
+  disk.mkdir()
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(disk)], capture_output=True)
+  if mounted.returncode:
+    pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+  yield disk
+  subprocess.run(["umount", str(disk)], check=True)
+
+
+def _fill(disk, leave_bytes: int) -> None:
+  free = shutil.disk_usage(disk).free
+  with open(disk / "filler", "wb") as f:
+    f.write(b"\0" * max(0, free - leave_bytes))
+
+
+def _save(manager, step):
+  params = jax.device_put(_random_params(CONFIG, step))
+  checkpoints.save(manager, step, params, OPTIMIZER.init(params), {"batches": step})
+  checkpoints.finish(manager)
+
+
+def _assert_refused(error, run, step):
+  message = str(error.value)
+  assert re.fullmatch(rf"checkpoint step {step} was not written: {re.escape(str(run / 'checkpoints'))}: no space left "
+                      r"on device.*; the steps saved before it are intact \(latest: 1\); free some space \(or name a "
+                      r"MODEL_DIR elsewhere\) and rerun to resume", message), message
+  assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["1"]  # no partial step
+  step_1 = checkpoints.load_params(str(run), CONFIG)[1]  # verified against its checksums
+  jax.tree.map(lambda a, b: None if (a == b).all() else pytest.fail("step 1 changed"),
+               jax.device_get(step_1), _random_params(CONFIG, 1))
+
+
+def test_a_step_that_cannot_fit_is_refused_before_a_file_is_written(small_disk, capfd):
+  run = small_disk / "run"
+  manager = checkpoints.checkpoint_manager(str(run))
+  _save(manager, 1)
+  _fill(small_disk, 20_000)
+  capfd.readouterr()
+  with pytest.raises(checkpoints.CheckpointWriteError) as error:
+    _save(manager, 2)
+  assert re.search(r"no space left on device \(the step needs up to 0\.\d MiB, 0\.0 MiB free\)", str(error.value))
+  _assert_refused(error, run, 2)
+  assert capfd.readouterr().err == ""
+
+
+def test_a_disk_that_fills_while_orbax_writes_leaves_no_partial_step(small_disk, monkeypatch):
+  """The space was there when the step started (another process filled the disk meanwhile):
+  orbax's own failure is the same one line, and the partial step is removed."""
+  run = small_disk / "run"
+  manager = checkpoints.checkpoint_manager(str(run))
+  _save(manager, 1)
+  _fill(small_disk, 20_000)
+  monkeypatch.setattr(checkpoints, "_check_space", lambda *args: None)
+  with pytest.raises(checkpoints.CheckpointWriteError) as error:
+    _save(manager, 2)
+  _assert_refused(error, run, 2)
