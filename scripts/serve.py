@@ -298,6 +298,28 @@ def make_server(generator: Generator, host: str = "127.0.0.1", port: int = 0,
       except OSError:  # the client gave up first (a reset, a timeout): nothing is left to answer
         pass
 
+    def _read_body(self, length: int, deadline: float) -> bytes:
+      """The request's body, read by the request's deadline: a client that trickles its bytes
+      (one every few seconds keeps a socket's own timeout from firing) is answered 503 then."""
+      chunks, received = [], 0
+      while received < length:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+          raise RequestError(503, f"the request's body took longer than the deadline of {request_timeout_s:g} s "
+                                  f"to arrive ({received} of {length} bytes)")
+        self.connection.settimeout(remaining)
+        try:
+          chunk = self.rfile.read1(min(length - received, 1 << 16))
+        except TimeoutError:
+          continue  # the deadline check above answers
+        if not chunk:
+          raise RequestError(400, f"the connection closed after {received} of the {length} bytes 'Content-Length' "
+                                  "announced")
+        chunks.append(chunk)
+        received += len(chunk)
+      self.connection.settimeout(self.timeout)  # the reply's writes: the handler's own timeout
+      return b"".join(chunks)
+
     def _handle(self) -> None:
       deadline = time.monotonic() + request_timeout_s
       body_unread = True
@@ -314,11 +336,8 @@ def make_server(generator: Generator, host: str = "127.0.0.1", port: int = 0,
         length = self._content_length()
         if length > max_request_bytes:
           raise RequestError(413, f"request of {length} bytes is over the limit of {max_request_bytes}")
-        body, body_unread = self.rfile.read(length), False
+        body, body_unread = self._read_body(length, deadline), False
         instances = parse_instances(body, max_situations)
-        if time.monotonic() >= deadline:
-          raise RequestError(503, f"the request took longer than the deadline of {request_timeout_s:g} s "
-                                  "a request to arrive")
         job = model.submit(instances)
         if not job.done.wait(max(deadline - time.monotonic(), 0.0)):
           job.expire(request_timeout_s)

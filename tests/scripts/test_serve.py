@@ -180,6 +180,33 @@ def test_a_stalled_client_does_not_hold_the_server(server):
   assert response.startswith(b"HTTP/1.0 200 ") and f"best answer about {TOPICS[3]}".encode() in response
 
 
+def test_a_client_that_trickles_its_body_is_refused_at_the_deadline(train_file):
+  """One byte every 0.2 s: no single read waits long enough for a socket timeout, so only the
+  request's own deadline ends it (503, how much had arrived); another client is served meanwhile."""
+  with _serving(serve.make_server(serve.tfidf_generator(train_file), request_timeout_s=1.5)) as srv:
+    port = srv.server_address[1]
+    body = _ask([_query(3)])
+    connection = send_head_and_part_of_the_body(port, body, sent=0)
+    started = time.monotonic()
+    try:
+      for byte in body[:20]:
+        time.sleep(0.2)
+        try:
+          connection.sendall(bytes([byte]))
+        except OSError:  # answered and closed: the rest is not read
+          break
+      assert _post(port, _ask([_query(5)])) == (200, {"gens": [f"best answer about {TOPICS[5]}"]})
+      connection.settimeout(10)
+      response = response_of(connection)
+    finally:
+      connection.close()
+  assert time.monotonic() - started < 6
+  head, reply = response.split(b"\r\n\r\n", 1)
+  assert head.startswith(b"HTTP/1.0 503 "), head
+  assert re.fullmatch(r"the request's body took longer than the deadline of 1.5 s to arrive \(\d of "
+                      rf"{len(body)} bytes\)", json.loads(reply)["error"]), reply
+
+
 def test_deadline_refuses_a_long_generation_and_the_requests_behind_it():
   """The model is busy past one request's deadline: that request and one queued behind it get
   503 saying which, /health still answers, and once the model is free requests are answered."""
