@@ -57,16 +57,17 @@ def test_evaluating_a_later_checkpoint_into_the_same_directory_is_refused(tmp_pa
   assert outputs.read_metrics(str(out)) == metrics  # the provenance stays out of the metrics
   assert provenance["checkpoint_step"] == 2 and provenance["params_fingerprint"].startswith("sha256:")
   assert provenance["model_config"]["emb_dim"] == TINY.emb_dim
-  assert provenance["vocabulary"] == {"class": "ByteVocabulary", "size": 359, "model_file": None}
+  assert provenance["vocabulary"] == {"class": "ByteVocabulary", "size": 359, "model_file": None,
+                                      "model_sha256": None}
   assert provenance["data"][TASK]["files"] == [dict(files[0])]
   assert provenance["scorer"] == "likelihood" and provenance["normalization"] == "token"
   assert "at step 2" in (out / "report.html").read_text()
   assert f"{len(situations)} records read, 0 skipped" in (out / "report.html").read_text()
 
-  with pytest.raises(ValueError, match=r"holds predictions of another evaluation; fields that differ "
-                                       r"from .*evaluation.json: checkpoint_step, params_fingerprint "
-                                       r"\(recorded checkpoint step 2, now 4\)"
-                                       r".*Use a new EVAL_OUTPUT_DIR"):
+  with pytest.raises(ValueError, match=r"holds predictions of another evaluation; settings that differ "
+                                       r"from .*evaluation.json: checkpoint_step: recorded 2, now 4; "
+                                       r"params_fingerprint: recorded 'sha256:\w{64}', now 'sha256:\w{64}'; "
+                                       r"resuming or reusing them would mix their scores. Use a new EVAL_OUTPUT_DIR"):
     _evaluate(run, out)
   assert outputs.read_provenance(str(out))["checkpoint_step"] == 2  # the earlier numbers stand
 
