@@ -101,7 +101,10 @@ def _train_examples():
 def _command(script, files, bindings) -> str:
   def flag(binding):
     name, value = (part.strip() for part in binding.split("=", 1))
-    return f"--gin.{name}={shlex.quote(value)}"
+    if value == shlex.quote(value):
+      return f"--gin.{name}={value}"
+    # As the README writes them (--gin.MODEL_DIR="'runs/x'"), where double quotes keep the value as is.
+    return f'--gin.{name}="{value}"' if not set(value) & set('"$`\\!') else f"--gin.{name}={shlex.quote(value)}"
   return " ".join([f"python -m {script}", *(f"--gin_file={f}" for f in files), *map(flag, bindings)])
 
 

@@ -10,6 +10,7 @@ import json
 import math
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 
@@ -216,3 +217,27 @@ def test_heap_runs_refuses_two_evaluations_of_one_checkpoint_as_two_seeds(tmp_pa
                        text=True, timeout=300)
   assert two.returncode == 0, two.stderr[-2000:]
   assert re.search(r"^CNG +2 +75\.00 ± 35\.36 ", two.stdout, re.M), two.stdout  # (50, 100): a folder named twice is one run
+
+
+def test_print_commands_prints_each_runs_training_and_its_own_evaluation(tmp_path):
+  result = heap_command("--protocol=cross_cluster", "--clusters=hate_speech", "--print_commands",
+                        f"--out_dir={tmp_path}", "--seeds=0,1", "--train_steps=7", "--gin.EVAL_EVERY=0")
+  lines = result.stdout.strip().splitlines()
+  assert len(lines) == 2 * 9 * 2, result.stdout  # a training and an evaluation per target and seed
+  train, evaluate = (shlex.split(line) for line in lines[:2])
+  row = heap.TABLE_4["cross_task"]["BCN"]  # the first target, in Table 3's order
+  assert train[:3] == ["python", "-m", "scripts.train"] and evaluate[:3] == ["python", "-m", "scripts.evaluate"]
+  assert {"--gin_file=gin/recipes/heap/cross_cluster.gin", "--gin.MIXTURE_OR_TASK_NAME='heap_cross_cluster_hate_speech_bcn'",
+          f"--gin.MODEL_DIR='{tmp_path}/cross_cluster/hate_speech_bcn/seed_0'", "--gin.TRAIN_STEPS=7",
+          f"--gin.ACCUMULATION_STEPS={row.gradient_accumulation}", f"--gin.BATCH_SIZE={8 * row.gradient_accumulation}",
+          f"--gin.LEARNING_RATE={row.learning_rate!r}", "--gin.train.train.seed=0", "--gin.EVAL_EVERY=0"} <= set(train)
+  assert {"--gin_file=gin/recipes/heap/evaluate.gin", "--gin.MIXTURE_OR_TASK_NAME='heap_bcn'",
+          f"--gin.EVAL_OUTPUT_DIR='{tmp_path}/cross_cluster/hate_speech_bcn/seed_0/eval_bcn'"} <= set(evaluate)
+  assert not list(tmp_path.iterdir())  # nothing ran
+
+
+def test_a_macro_the_plan_sets_is_refused_with_the_flag_to_use():
+  result = subprocess.run([sys.executable, "-m", "scripts.heap", "--protocol=single_task", "--dry_run",
+                           "--gin.TRAIN_STEPS=5"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == (
+      "error: --gin.TRAIN_STEPS: scripts.heap sets it for each run; use --train_steps"), result.stderr[-2000:]
