@@ -207,12 +207,13 @@ def make(*, eval_every, eval_mixture_or_task_name, eval_split, eval_metric_group
     raise ValueError("evaluation during training runs in one process; on several hosts, set EVAL_EVERY = 0 "
                      "and evaluate the checkpoints with scripts.evaluate")
   tasks = _eval_tasks(eval_mixture_or_task_name, eval_split)
+  # A reward model's scores are its rewards; any other model's, its likelihoods (as evaluate's SCORER).
+  scorer = "reward" if goal.reward_head else "likelihood"
+  evaluate.check_metrics_scorable(tasks, scorer)  # before the first step: a metric it cannot give
   names = [task.name for task in tasks]
   groups = _metric_groups(eval_metric_groups, names)
   if best_metric is not None:
     _check_best_metric(best_metric, best_mode, names + list(groups), eval_mixture_or_task_name)
-  # A reward model's scores are its rewards; any other model's, its likelihoods (as evaluate's SCORER).
-  scorer = "reward" if goal.reward_head else "likelihood"
   return _Evaluation(tasks=tasks, groups=groups, split=eval_split, feature_lengths=task_feature_lengths,
                      batch_size=batch_size, score_fn=evaluate.make_score_fn(model_config, scorer, "token",
                                                                              mesh, rules),

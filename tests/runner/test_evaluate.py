@@ -15,6 +15,7 @@ from models.network import init_params
 from runner import checkpoints
 from runner import evaluate
 from runner import outputs
+from runner import train
 from scripts import train as train_script
 from tests.helpers import batching
 from t5_tasks import metrics as t5_metrics
@@ -280,6 +281,15 @@ def test_a_scorer_that_cannot_give_a_metric_is_refused_before_scoring(tmp_path, 
       "item's log_likelihoods and tokens, which only SCORER='likelihood' records; evaluate a mixture "
       "without turingadvice_generation, or with that scorer")
   assert not (tmp_path / "out").exists()
+
+
+def test_a_reward_run_evaluating_a_generation_task_is_refused_before_its_first_step(tmp_path):
+  with pytest.raises(ValueError, match=r"^SCORER='reward' cannot evaluate turingadvice_generation: its metric "
+                                       r"perplexity_metric_fn reads each item's log_likelihoods and tokens"):
+    train.train(model_config=CONFIG, mixture_or_task_name="heap_ah", task_feature_lengths=LENGTHS, train_steps=2,
+                batch_size=2, model_dir=str(tmp_path / "run"), objective="pairwise", eval_every=1,
+                eval_mixture_or_task_name=MIXTURE, eval_split=SPLIT)
+  assert not (tmp_path / "run").exists()
 
 
 def test_rejects_unknown_scorer_and_missing_config(tmp_path):
