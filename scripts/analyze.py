@@ -249,8 +249,9 @@ def analyze_agreement(args):
   with_humans = [(n, e["n"], se(e)) for n, e in rates["with_humans"].items()]
   if labelers is not None and labelers["rate"] is not None:
     with_humans.append(("labelers (another worker, same comparison)", labelers["rate"]["n"], se(labelers["rate"])))
+  pooled = ", pooled across policies; G.7's tables, one policy at one temperature each, follow" if comparisons else ""
   tables = [
-      report.Table(f"Agreement with humans on {len(items)} comparisons (± bootstrap SE)",
+      report.Table(f"Agreement with humans on {len(items)} comparisons{pooled} (± bootstrap SE)",
                    ("judge", "n", "agreement"), with_humans),
       report.Table("Agreement between judges (± bootstrap SE)", ["judge"] + names,
                    [[a] + [se(rates["between"][a][b]) if b != a else "-" for b in names] for a in names]),
@@ -266,10 +267,53 @@ def analyze_agreement(args):
         ("A", "B", "n direct", "raw", "length-controlled", "mean log length ratio"),
         [(c["a"], c["b"], c["n_direct"], ci(c["raw"]), _ci(c["length_controlled"]),
           ratio(c["mean_log_length_ratio"])) for c in controlled["pairs"]]))
+  if comparisons is not None:
+    result["by_policy"], result["confidence_thresholds"] = _g7_tables(comparisons, judges, tables, notes, args.seed)
   tables.append(report.Table("Notes", ("note",), [(n,) for n in notes]))
   labeler_rate = {"labelers": labelers["rate"]} if labelers and labelers["rate"] else {}
   charts = [_rate_chart("Agreement with humans", {**rates["with_humans"], **labeler_rate})]
   return result, tables, charts
+
+
+def _g7_tables(comparisons, judges, tables, notes, seed: int) -> tuple[list, dict]:
+  """Appendix G.7's agreement, one table per (policy, temperature) whose samples both summaries
+  of a comparison are, with the labeler ensemble as a judge; and each labeler's high-confidence
+  threshold (C.1, step 4). Appends the tables and notes; returns (per-group results, thresholds)."""
+  from t5_tasks.analysis import agreement  # pylint: disable=g-import-not-at-top
+  se = lambda e: f"{e['value']:.3f} ± {e['se']:.3f} (n={e['n']})" if e else "-"
+  groups = agreement.same_policy_groups(comparisons)
+  if not groups:
+    notes.append("G.7: no comparison has two summaries of one policy at one temperature, so no G.7 table "
+                 "(the tables above pool comparisons of different policies)")
+  by_policy = []
+  for (policy, temperature), indices in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1] or 0.0)):
+    subset = [comparisons[i] for i in indices]
+    group_judges = {name: [scores[i] for i in indices] for name, scores in judges.items()}
+    group_judges = {name: s for name, s in group_judges.items() if not np.isnan(np.asarray(s, float)).all()}
+    rates = agreement.agreement_rates(group_judges, seed=seed)
+    labelers = agreement.labeler_agreement(subset, seed=seed)
+    ensemble = agreement.labeler_ensemble(subset, group_judges, seed=seed)
+    by_policy.append({"policy": policy, "temperature": temperature, "n_comparisons": len(indices),
+                      "agreement": rates, "labeler_agreement": labelers, "labeler_ensemble": ensemble})
+    rows = [("labeler", se(labelers["rate"]), se(ensemble["with_labelers"]))]
+    rows += [(name, se(rates["with_humans"][name]), se(ensemble["with_judges"].get(name))) for name in group_judges]
+    at = f"T={temperature:g}" if temperature is not None else "temperature not recorded"
+    tables.append(report.Table(
+        f"G.7: {policy} at {at}, {len(indices)} comparisons of two of its summaries (± bootstrap SE; the "
+        f"ensemble: the modal label of >= 3 workers, leaving out the labeler it is compared with; "
+        f"{ensemble['n_comparisons']} comparisons have one)",
+        ("judge", "agreement with a labeler", "agreement with the labeler ensemble"), rows))
+  thresholds = agreement.confidence_thresholds(comparisons)
+  if thresholds:
+    tables.append(report.Table(
+        "High-confidence thresholds per labeler (C.1 step 4: the lowest confidence at or above which the "
+        "labeler's labels agree 80% of the time with the majority of the other workers on the same comparison)",
+        ("worker", "threshold", "agreement at it", "labels at or above it", "labels with a reference"),
+        [(w, t["threshold"] if t["threshold"] is not None else "none reaches 80%", f"{t['agreement']:.3f}",
+          t["n"], t["n_labels"]) for w, t in thresholds.items()]))
+  else:
+    notes.append("confidence thresholds: no label with a confidence has two other workers on its comparison")
+  return by_policy, thresholds
 
 
 def _spread(values: Sequence[float]) -> dict:

@@ -230,3 +230,125 @@ def test_length_judge_on_turingadvice_equals_raw_count(shared_data):
       human_says_system = rating["is_preferred"]
       credit.append(0.5 if own == reddit else float((own > reddit) == human_says_system))
   assert result["with_humans"]["length"]["value"] == pytest.approx(np.mean(credit))
+
+
+def test_policy_names_carry_their_sampling_temperature():
+  assert agreement.policy_and_temperature("sup4_6b_t0.7") == ("sup4_6b", 0.7)
+  assert agreement.policy_and_temperature("sup2_t.7") == ("sup2", 0.7)
+  assert agreement.policy_and_temperature("ppo_xl_t1") == ("ppo_xl", 1.0)
+  assert agreement.policy_and_temperature("ref") == ("ref", None)
+  assert agreement.policy_and_temperature("sup4_ppo_rm3_kl10") == ("sup4_ppo_rm3_kl10", None)
+
+
+def test_g7_groups_hold_comparisons_of_one_policy_at_one_temperature():
+  comparisons = [
+      _comparison("p1", ("a", "b"), 0, "w1", ("sup_t0.7", "sup_t.7")),  # the same temperature, written twice
+      _comparison("p2", ("a", "b"), 0, "w1", ("sup_t0.7", "sup_t0.7")),
+      _comparison("p3", ("a", "b"), 0, "w1", ("sup_t0.7", "sup_t1")),  # two temperatures: no table
+      _comparison("p4", ("a", "b"), 0, "w1", ("sup_t0.7", "rl_t0.7")),  # two policies: no table
+      _comparison("p5", ("a", "b"), 0, "w1", ("rl", "rl")),
+  ]
+  assert agreement.same_policy_groups(comparisons) == {("sup", 0.7): [0, 1], ("rl", None): [4]}
+
+
+def _labelled(post, choices, policies=("p", "q"), confidences=None):
+  """One comparison of the summaries ("A", "B") labelled by workers w1, w2, ... choosing `choices`."""
+  confidences = confidences or [None] * len(choices)
+  return [summarize_feedback.SummaryComparison(post, "sub", "title", "the post", ("A", "B"), policies,
+                                               "AB".index(chosen), "train", confidence, f"w{i + 1}")
+          for i, (chosen, confidence) in enumerate(zip(choices, confidences))]
+
+
+def test_the_labeler_ensemble_leaves_out_the_labeler_it_predicts():
+  comparisons = _labelled("p1", "AABA") + _labelled("p2", "ABB") + _labelled("p3", "AB")  # p3: 2 workers
+  # p1: w1, w2, w4 chose A and the other three's majority is A: 1, 1, 1; w3 chose B against A: 0.
+  # p2: w1 (A) against B, B: 0; w2 (B) against A, B: a tie, 0.5; w3 likewise 0.5.
+  # The judge prefers A everywhere; the ensemble of all workers picks A on p1 (3 of 4), B on p2.
+  judge = [[1.0, 0.0] if c.summaries[c.choice] == "A" else [0.0, 1.0] for c in comparisons]
+  result = agreement.labeler_ensemble(comparisons, {"prefers A": judge})
+  assert result["with_labelers"]["value"] == pytest.approx((1 + 1 + 0 + 1 + 0 + 0.5 + 0.5) / 7)
+  assert result["with_labelers"]["n"] == 7 and result["n_comparisons"] == 2
+  assert result["with_judges"]["prefers A"]["value"] == pytest.approx(0.5)
+  assert result["with_judges"]["prefers A"]["n"] == 2
+  assert agreement.labeler_ensemble(_labelled("p3", "AB"))["with_labelers"] is None
+
+
+def test_confidence_thresholds_are_each_labelers_own():
+  # Posts p0..p5, each labelled by w1 (with a confidence), w2 and w3 (A, no confidence) and w4; w5
+  # labels p0 and p1. A label's reference is the majority of the other workers on its post.
+  comparisons = []
+  for n, (w1_choice, w1_confidence) in enumerate([("A", 9), ("A", 8), ("A", 7), ("A", 6), ("B", 3), ("B", 2)]):
+    comparisons += _labelled(f"p{n}", w1_choice + "AA", confidences=[w1_confidence, None, None])
+  for n, (choice, confidence) in enumerate([("A", 9), ("B", 8), ("B", 7), ("A", 6), ("B", 3), ("A", 2)]):
+    comparisons.append(summarize_feedback.SummaryComparison(f"p{n}", "sub", "title", "the post", ("A", "B"),
+                                                            ("p", "q"), "AB".index(choice), "train", confidence, "w4"))
+  for n in range(2):
+    comparisons.append(summarize_feedback.SummaryComparison(f"p{n}", "sub", "title", "the post", ("A", "B"),
+                                                            ("p", "q"), 1, "train", 9, "w5"))
+  thresholds = agreement.confidence_thresholds(comparisons)
+  # w1: on p1 the others are A, A, B, B (a tie: no reference); elsewhere their majority is A. Its labels
+  # (confidence, agrees): (9, 1) (7, 1) (6, 1) (3, 0) (2, 0): 60% from 1, 75% from 3, 100% from 4.
+  assert thresholds["w1"] == {"threshold": 4, "agreement": 1.0, "n": 3, "n_labels": 5}
+  # w4 against A everywhere: (9, 1) (8, 0) (7, 0) (6, 1) (3, 0) (2, 1): 80% only from 9.
+  assert thresholds["w4"] == {"threshold": 9, "agreement": 1.0, "n": 1, "n_labels": 6}
+  # w5 disagrees at its only confidence: no threshold reaches 80%.
+  assert thresholds["w5"] == {"threshold": None, "agreement": 0.0, "n": 2, "n_labels": 2}
+  assert "w2" not in thresholds  # no label of w2 has a confidence
+  assert agreement.confidence_thresholds(comparisons, target=0.75)["w1"]["threshold"] == 3
+
+
+def test_the_g7_settings_are_the_papers(shared_data):
+  path = shared_data.parent / "papers" / "summarize_from_feedback_appendix.txt"
+  if not path.is_file():
+    pytest.skip(f"the paper's text is not at {path}")
+  text = " ".join(path.read_text(encoding="utf-8").split())
+  assert "all of the summary comparisons are generated by the same policy at the same temperature value" in text
+  assert "we need to exclude the labeler being predicted. All ensembles have at least 3 workers." in text
+  min_workers = re.search(r"All ensembles have at least (\d+) workers", text).group(1)
+  target = re.search(r"labels above this threshold to agree with us (\d+)% of the time", text).group(1)
+  import inspect  # pylint: disable=g-import-not-at-top
+  assert inspect.signature(agreement.labeler_ensemble).parameters["min_workers"].default == int(min_workers)
+  assert inspect.signature(agreement.confidence_thresholds).parameters["target"].default == int(target) / 100
+
+
+def _released(post, policies, texts, choice, worker, confidence=None):
+  """A comparison as the released files write it."""
+  return {"info": {"id": post, "post": f"the post of {post}", "title": "title", "subreddit": "tifu"},
+          "summaries": [{"text": t, "policy": p, "note": None} for t, p in zip(texts, policies)],
+          "choice": choice, "worker": worker, "batch": "b1", "split": "valid1", "extra": {"confidence": confidence}}
+
+
+def test_analyze_agreement_tabulates_each_policy_at_each_temperature_apart(capsys, tmp_path):
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from scripts import analyze  # pylint: disable=g-import-not-at-top
+  short, long = "short one", "a much longer summary of the post"
+  rows = []
+  for n in range(4):  # sup at T=0.7: labelers prefer the longer summary; the RL policy's, the shorter
+    rows.append(_released(f"s{n}", ("sup_t0.7", "sup_t0.7"), (short, long), 1, "w1", 8))
+    rows.append(_released(f"r{n}", ("rl_t0.7", "rl_t0.7"), (short, long), 0, "w1", 8))
+  rows += [_released("s0", ("sup_t0.7", "sup_t0.7"), (short, long), choice, worker, 5)  # s0: 4 workers
+           for choice, worker in ((1, "w2"), (1, "w3"), (0, "w4"))]
+  rows.append(_released("x", ("sup_t0.7", "rl_t0.7"), (short, long), 0, "w1", 8))  # in no G.7 table
+  path = tmp_path / "comparisons.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  fv = flags.FlagValues()
+  analyze.define_flags(fv)
+  fv(["analyze", f"--comparisons={path}", f"--out={tmp_path / 'out'}"])
+  analyze.run("agreement", fv)
+  analysis = json.loads((tmp_path / "out" / "analysis.json").read_text())
+  console = capsys.readouterr().out
+  # Pooled over both policies, length agrees with the labels half the time; G.7 separates 1 from 0.
+  assert analysis["agreement"]["with_humans"]["length"]["value"] == pytest.approx(6 / 12)
+  groups = {(g["policy"], g["temperature"]): g for g in analysis["by_policy"]}
+  assert set(groups) == {("sup", 0.7), ("rl", 0.7)}
+  sup, rl = groups[("sup", 0.7)], groups[("rl", 0.7)]
+  assert (sup["n_comparisons"], rl["n_comparisons"]) == (7, 4)
+  assert sup["agreement"]["with_humans"]["length"]["value"] == pytest.approx(6 / 7)  # w4 chose the shorter
+  assert rl["agreement"]["with_humans"]["length"]["value"] == pytest.approx(0.0)
+  # s0's ensemble (w1, w2, w3 longer; w4 shorter): leaving each out, 1, 1, 1 and 0; with all, the longer.
+  assert sup["labeler_ensemble"]["with_labelers"]["value"] == pytest.approx(3 / 4)
+  ensemble_with_length = sup["labeler_ensemble"]["with_judges"]["length"]
+  assert (ensemble_with_length["value"], ensemble_with_length["n"]) == (1.0, 1)
+  assert rl["labeler_ensemble"]["with_labelers"] is None  # one worker per comparison
+  assert "G.7: sup at T=0.7, 7 comparisons of two of its summaries" in console
+  assert "G.7: rl at T=0.7, 4 comparisons" in console and "High-confidence thresholds per labeler" in console
