@@ -311,6 +311,9 @@ def _g7_tables(comparisons, judges, tables, notes, seed: int) -> tuple[list, dic
         ("worker", "threshold", "agreement at it", "labels at or above it", "labels with a reference"),
         [(w, t["threshold"] if t["threshold"] is not None else "none reaches 80%", f"{t['agreement']:.3f}",
           t["n"], t["n_labels"]) for w, t in thresholds.items()]))
+    reached = {w: t["threshold"] for w, t in thresholds.items() if t["threshold"] is not None}
+    notes.append(f"to select on these labels (C.1), bind t5_tasks.families.comparison_filter.min_confidence = "
+                 f"{reached!r} (a labeler it does not name keeps no label)")
   else:
     notes.append("confidence thresholds: no label with a confidence has two other workers on its comparison")
   return by_policy, thresholds

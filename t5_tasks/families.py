@@ -210,16 +210,21 @@ def asq_examples(files: Files) -> Examples:
 
 
 @gin.configurable
-def comparison_filter(min_confidence: int | None = None, splits: tuple[str, ...] = SPLITS):
+def comparison_filter(min_confidence: int | Mapping[str, int] | None = None, splits: tuple[str, ...] = SPLITS):
   """(min_confidence, splits): the comparisons of `splits` kept are those the labeller rated at
-  least `min_confidence` (1..9); None keeps every one, with or without a confidence.
+  least `min_confidence` (1..9), or at least the labeller's own threshold when it is a {worker:
+  threshold} mapping (a worker it does not name keeps none); None keeps every one, with or
+  without a confidence.
 
-  Stiennon et al. select reward models on high-confidence validation labels (C.1, step 4), yet
-  found that dropping low-confidence labels from training hurt (C.2). Asked when the dataset is
-  built (the tasks register before gin parses).
+  Stiennon et al. select reward models on validation labels above per-labeler high-confidence
+  thresholds (C.1, step 4; `scripts.analyze agreement` estimates them), yet found that dropping
+  low-confidence labels from training hurt (C.2). Asked when the dataset is built (the tasks
+  register before gin parses).
   """
-  if min_confidence is not None and min_confidence not in range(1, 10):
-    raise ValueError(f"comparison_filter.min_confidence must be 1..9 or None, got {min_confidence!r}")
+  thresholds = min_confidence.values() if isinstance(min_confidence, Mapping) else [min_confidence]
+  if min_confidence is not None and any(t not in range(1, 10) for t in thresholds):
+    raise ValueError(f"comparison_filter.min_confidence must be 1..9, {{worker: 1..9}} or None, "
+                     f"got {min_confidence!r}")
   unknown = set(splits) - set(SPLITS)
   if unknown:
     raise ValueError(f"comparison_filter.splits names {sorted(unknown)}; the splits are {SPLITS}")
@@ -235,8 +240,10 @@ def summarize_examples(files: Files) -> Examples:
   for c in _read(summarize_feedback.read_comparisons, _single_file(files, "summarize_feedback")):
     seen[c.id] += 1
     split = _RELEASED_SPLITS.get(c.split, "train")
+    # 10 is above the 1-9 scale: a worker the mapping does not name keeps no label.
+    threshold = min_confidence.get(c.worker, 10) if isinstance(min_confidence, Mapping) else min_confidence
     if (min_confidence is not None and split in filtered_splits
-        and (c.confidence is None or c.confidence < min_confidence)):
+        and (c.confidence is None or c.confidence < threshold)):
       dropped[split] += 1
       continue
     out[split].append(dict(
@@ -244,8 +251,10 @@ def summarize_examples(files: Files) -> Examples:
         candidates=[c.summaries[c.choice], c.summaries[1 - c.choice]],
         candidate_labels=[1, 0], candidate_scores=[1.0, 0.0]))
   if min_confidence is not None:
+    below = ("their labeler's threshold, of a labeler without one," if isinstance(min_confidence, Mapping)
+             else min_confidence)
     print(f"summarize_feedback: dropped {sum(dropped.values())} comparisons of confidence below "
-          f"{min_confidence} or none (" + ", ".join(f"{s} {dropped[s]}" for s in filtered_splits)
+          f"{below} or none (" + ", ".join(f"{s} {dropped[s]}" for s in filtered_splits)
           + f"); kept {sum(map(len, out.values()))}", flush=True)
   return out
 

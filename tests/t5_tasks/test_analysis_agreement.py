@@ -352,3 +352,7 @@ def test_analyze_agreement_tabulates_each_policy_at_each_temperature_apart(capsy
   assert rl["labeler_ensemble"]["with_labelers"] is None  # one worker per comparison
   assert "G.7: sup at T=0.7, 7 comparisons of two of its summaries" in console
   assert "G.7: rl at T=0.7, 4 comparisons" in console and "High-confidence thresholds per labeler" in console
+  # Only s0's labels have a reference (the other workers' majority, the longer): w4 alone disagrees.
+  assert analysis["confidence_thresholds"]["w4"]["threshold"] is None
+  assert ("bind t5_tasks.families.comparison_filter.min_confidence = {'w1': 1, 'w2': 1, 'w3': 1}"
+          in " ".join(console.split()))

@@ -196,6 +196,19 @@ def test_the_confidence_filter_keeps_confident_comparisons_and_says_how_many_it_
   assert only_validation["train"] == everything["train"] and only_validation["test"] == everything["test"]
   assert len(only_validation["validation"]) == sum(
       1 for row in rows if row["split"] == "valid1" and row["extra"]["confidence"] >= 7)
+  # Per-labeler thresholds (C.1, step 4); a labeler not named keeps none.
+  thresholds = {"w0": 9, "w3": 7}  # valid1: w0 at 9 kept, w3 at 6 dropped, w4 (unnamed) dropped
+  bind("t5_tasks.families.comparison_filter.min_confidence", thresholds)
+  per_labeler = families.summarize_examples(files)
+  kept = [row for row in rows if row["split"] != "valid1"
+          or row["extra"]["confidence"] >= thresholds.get(row["worker"], 10)]
+  assert sum(map(len, per_labeler.values())) == len(kept) + 1  # the unrated copy is a train comparison
+  assert len(per_labeler["validation"]) == 1 < len(everything["validation"])
+  assert (f"dropped {len(rows) - len(kept)} comparisons of confidence below their labeler's threshold, of a "
+          f"labeler without one, or none") in capsys.readouterr().out
+  bind("t5_tasks.families.comparison_filter.min_confidence", {"w0": 10})
+  with pytest.raises(ValueError, match=r"must be 1..9, \{worker: 1..9\} or None, got \{'w0': 10\}"):
+    families.comparison_filter()
 
 
 @pytest.fixture(scope="module")
