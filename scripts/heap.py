@@ -15,7 +15,6 @@ commands (for a pod) and runs nothing. Other --gin_file/--gin.NAME arguments rea
 and evaluation (data files, TASK_FEATURE_LENGTHS, INITIAL_CHECKPOINT_PATH, ...).
 """
 import shlex
-import sys
 from typing import Sequence
 
 import gin
@@ -162,7 +161,6 @@ def main(argv: Sequence[str]) -> None:
   print("\n" + bench.tables_markdown(tables, clusters))
   json_path, md_path = bench.write_tables(tables, args.out_dir, clusters)
   print(f"wrote {json_path} and {md_path}", flush=True)
-  sys.stdout.flush()
 
 
 if __name__ == "__main__":
