@@ -16,6 +16,7 @@ given may be local or `gs://...` (read and written through `storage`).
 import collections
 import json
 import os
+import re
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -369,6 +370,28 @@ def _mean_std(e: dict | None, scale: float, digits: int) -> str:
   return f"{scale * e['mean']:.{digits}f}{std}"
 
 
+def _training_mixture(eval_dir: str) -> str | None:
+  """What the evaluated checkpoint trained on: MIXTURE_OR_TASK_NAME of its run's config.gin
+  (None when the checkpoint is not a training run's MODEL_DIR)."""
+  checkpoint = (outputs.read_provenance(eval_dir) or {}).get("checkpoint_path")
+  config = checkpoint and storage.join(checkpoint, "config.gin")
+  if not config or not storage.exists(config):
+    return None
+  found = re.search(r"^MIXTURE_OR_TASK_NAME = '([^']+)'", storage.read_text(config), re.M)
+  return found and found.group(1)
+
+
+def _check_one_model(eval_dirs: Sequence[str]) -> None:
+  """Refuses runs trained on different mixtures: they are different models (protocols, targets),
+  not seeds of one, and averaging a criterion over them mixes held-out and trained-on figures."""
+  mixtures = {directory: mixture for directory in dict.fromkeys(eval_dirs)
+              if (mixture := _training_mixture(directory))}
+  if len(set(mixtures.values())) > 1:
+    raise app.UsageError("runs trained on different mixtures are not seeds of one model: "
+                         + ", ".join(f"{d} ({m})" for d, m in mixtures.items())
+                         + "; a protocol's tables, each criterion from its own run: python -m scripts.heap")
+
+
 def heap_runs(args) -> dict:
   """Prints HEAP's Table 2 and 3 shapes over the runs of --eval_dirs (each one seed of one model, a
   distinct checkpoint); writes JSON to --output. A protocol's tables, each criterion's figure from
@@ -389,6 +412,7 @@ def heap_runs(args) -> dict:
     if fingerprint:
       checkpoints[fingerprint] = directory
     runs[directory] = outputs.read_metrics(directory)
+  _check_one_model(args.eval_dirs)
   table = heap_run_summary(runs, tuple(heap.HEAP_CRITERIA), heap.CLUSTERS, heap.task_name)
   if not table["criteria"]:
     raise app.UsageError(f"no HEAP criterion is evaluated in {', '.join(args.eval_dirs)}")

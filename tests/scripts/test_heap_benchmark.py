@@ -85,7 +85,7 @@ def test_each_protocol_plans_one_run_per_target_and_seed():
     bench.plan("cross_cluster", heap, out_dir="runs", seeds=[0], clusters=["hate"], train_steps=1)
 
 
-def _evaluation(folder: pathlib.Path, task: str, pairs, fingerprint: str, recorded=None) -> str:
+def _evaluation(folder: pathlib.Path, task: str, pairs, fingerprint: str, recorded=None, **provenance) -> str:
   """An evaluation folder as runner/evaluate.py writes it: (good, bad) scores of each item."""
   folder.mkdir(parents=True)
   outputs.write_predictions(str(folder), [
@@ -94,7 +94,7 @@ def _evaluation(folder: pathlib.Path, task: str, pairs, fingerprint: str, record
   half = np.mean([(g > b) + 0.5 * (g == b) for g, b in pairs])
   value = half if recorded is None else recorded
   outputs.write_metrics(str(folder), {task: {"pairwise_accuracy": {"value": value, "low": 0.0, "high": 1.0}}},
-                        provenance={"params_fingerprint": fingerprint, "checkpoint_step": 2})
+                        provenance={"params_fingerprint": fingerprint, "checkpoint_step": 2, **provenance})
   return str(folder)
 
 
@@ -204,7 +204,7 @@ def test_a_group_average_is_not_printed_as_a_95_percent_interval():
   assert report.group_charts(groups)[0].lows is None  # no error bars drawn as if an interval
 
 
-def test_heap_runs_refuses_two_evaluations_of_one_checkpoint_as_two_seeds(tmp_path, capsys):
+def test_heap_runs_refuses_what_is_not_seeds_of_one_model(tmp_path, capsys):
   from absl import app  # pylint: disable=g-import-not-at-top
   from absl import flags  # pylint: disable=g-import-not-at-top
   from scripts import analyze  # pylint: disable=g-import-not-at-top
@@ -222,6 +222,18 @@ def test_heap_runs_refuses_two_evaluations_of_one_checkpoint_as_two_seeds(tmp_pa
   table = heap_runs(first, other, first)  # a folder named twice is one run
   assert table["criteria"]["CNG"]["pairwise_accuracy"]["values"] == [0.5, 1.0]
   assert re.search(r"^CNG +2 +75\.00 ± 35\.36 ", capsys.readouterr().out, re.M)
+  # Runs of two protocols (what their checkpoints trained on, from their config.gin) are two models.
+  trained = {}
+  for name, mixture in (("cross_cluster", "heap_cross_cluster_hate_speech_cng"), ("single", "heap_cng")):
+    model_dir = tmp_path / name
+    model_dir.mkdir()
+    (model_dir / "config.gin").write_text(f"MIXTURE_OR_TASK_NAME = '{mixture}'\n")
+    trained[name] = _evaluation(model_dir / "eval", "heap_cng", [(1.0, 0.0)], f"sha256:{name}",
+                                checkpoint_path=str(model_dir))
+  with pytest.raises(app.UsageError, match=re.escape(
+      f"not seeds of one model: {trained['cross_cluster']} (heap_cross_cluster_hate_speech_cng), "
+      f"{trained['single']} (heap_cng)")):
+    heap_runs(trained["cross_cluster"], trained["single"])
 
 
 def test_print_commands_prints_each_runs_training_and_its_own_evaluation(tmp_path):
