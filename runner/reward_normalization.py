@@ -96,6 +96,7 @@ def normalize_checkpoint(*, checkpoint_path: str, output_dir: str, mixture_or_ta
   references of `mixture_or_task_name`'s `split` and writes it to `output_dir` (`normalize`).
   scripts/normalize_reward.py calls it through gin, on this host's devices."""
   host_memory.reuse_freed_memory()  # before anything touches a device
+  data.require_examples(data.tasks_with_split(mixture_or_task_name, split), split)  # before the checkpoint loads
   rules = partitioning.as_rules(logical_axis_rules)
   mesh = partitioning.create_mesh(*mesh_shape, devices=jax.local_devices())
   config, params = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)

@@ -329,6 +329,26 @@ def test_normalize_reward_command_line(reward_checkpoint, transfer_references, t
   assert checkpoints.load_params(str(source))[1][reward_lib.HEAD]["bias"] == pytest.approx(0.3)
 
 
+def test_normalize_reward_refuses_a_reference_filter_that_leaves_nothing(reward_checkpoint, tmp_path):
+  # Copies of the quickstart files: a file set this process has not built (a task keeps its
+  # examples per file set, whatever the filter).
+  files = {}
+  for key, path in (("summarize_feedback", COMPARISONS), ("summarize_references", REFERENCES)):
+    files[key] = {"all": str(tmp_path / os.path.basename(path))}
+    with open(path, encoding="utf-8") as source:
+      (tmp_path / os.path.basename(path)).write_text(source.read(), encoding="utf-8")
+  output = tmp_path / "normalized"
+  code, _, stderr = _command_line([
+      "--gin_file=gin/models/t5_1_1/tiny.gin", "--gin_file=gin/recipes/summarize_from_feedback/normalize_reward.gin",
+      f"--gin.REWARD_CHECKPOINT_PATH='{reward_checkpoint[0]}'", f"--gin.NORMALIZED_CHECKPOINT_PATH='{output}'",
+      f"--gin_bindings=t5_tasks.tasks.data_files.files = {files!r}",
+      "--gin_bindings=t5_tasks.families.reference_filter.min_summary_tokens = 40"])
+  assert code == 1 and not output.exists()
+  assert stderr.strip().splitlines()[-1] == (
+      "error: summarize_feedback_sft: t5_tasks.families.reference_filter (512, 40, 48) leaves no reference: "
+      "12 references (6 from comparisons), filtered out 12; summary under 40 tokens: 12")
+
+
 RECIPES = {
     "sft.gin": ("gin/runs/finetune.gin", {
         "MIXTURE_OR_TASK_NAME": "summarize_feedback_sft", "OPTIMIZER": "adamw", "SCHEDULE": "cosine",
