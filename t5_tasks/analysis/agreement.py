@@ -4,8 +4,10 @@ Items are `CandidateItem`s oriented [human-preferred, other]. A judge is any
 scorer giving each of the two responses a number; on each item it picks the
 higher one (a tie is a coin flip). Agreement of two judges on an item is the
 probability that they pick the same response. The judges of appendix G.7: length,
-copying (G.5), ROUGE against the reference summary, and labelers with each other;
-and the length-controlled preference between policies of appendix F.
+copying (G.5), ROUGE against the reference summary, labelers with each other and the
+labeler ensemble, each table over the comparisons of one policy at one temperature
+(`same_policy_groups`); each labeler's high-confidence threshold (C.1, step 4); and the
+length-controlled preference between policies of appendix F.
 """
 import collections
 import re
@@ -359,7 +361,7 @@ def labeler_ensemble(comparisons: Sequence, judge_scores: Mapping[str, Sequence[
     if len({worker for _, worker, _ in labels}) < min_workers:
       continue
     n_comparisons += 1
-    for index, worker, chosen in labels:
+    for _, worker, chosen in labels:
       others = [c for _, w, c in labels if w != worker]
       with_labelers.append(_majority(others, chosen))
     first, _, first_chosen = labels[0]
