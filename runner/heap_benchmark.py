@@ -147,6 +147,9 @@ def plan(protocol: str, heap, *, out_dir: str, seeds: Sequence[int], targets: Se
       steps = train_steps or (None if examples is None else max(1, math.ceil(row.epochs * examples / batch)))
       runs.append(Run(protocol, name, seed, trained, tested, mixture, model_dir, accumulation, batch,
                       row.learning_rate, row.epochs, examples, steps))
+  if not runs:
+    raise ValueError(f"{protocol}: no run tests {', '.join(targets)}"
+                     + (f" in the clusters {', '.join(clusters)}" if protocol == "cross_cluster" else ""))
   return runs
 
 

@@ -83,6 +83,9 @@ def test_each_protocol_plans_one_run_per_target_and_seed():
   assert cng.eval_dir("CNG") == "runs/cross_cluster/hate_speech_cng/seed_1/eval_cng"
   with pytest.raises(ValueError, match="unknown HEAP cluster.*hate; known: context"):
     bench.plan("cross_cluster", heap, out_dir="runs", seeds=[0], clusters=["hate"], train_steps=1)
+  with pytest.raises(ValueError, match="cross_cluster: no run tests AG, DIA in the clusters hate_speech"):
+    bench.plan("cross_cluster", heap, out_dir="runs", seeds=[0], targets=["AG", "DIA"], clusters=["hate_speech"],
+               train_steps=1)
 
 
 def _evaluation(folder: pathlib.Path, task: str, pairs, fingerprint: str, recorded=None, **provenance) -> str:
