@@ -58,13 +58,13 @@ def pair_type(true_qn_type: int, paired_qn_type: int) -> str | None:
 
 
 def pair_types_by_id(*rounds: Iterable[AsqAnnotation]) -> dict[str, str]:
-  """{item id: pair type} over annotation rounds; the first round that typed an item wins."""
+  """{item id: pair type, "" for a pair in no group} over annotation rounds: the first round that
+  annotated an item wins, as its pair groups do (ASQ Table 4's rows are the first round's; a
+  later round that types an item the first left untyped would put it in another row)."""
   types: dict[str, str] = {}
   for annotations in rounds:
     for a in annotations:
-      kind = pair_type(a.true_qn_type, a.paired_qn_type)
-      if kind is not None:
-        types.setdefault(a.id, kind)
+      types.setdefault(a.id, pair_type(a.true_qn_type, a.paired_qn_type) or "")
   return types
 
 

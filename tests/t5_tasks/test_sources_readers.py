@@ -94,10 +94,12 @@ def test_pair_types(true_type, paired_type, groups, narrowest):
   assert asq.pair_type(true_type, paired_type) == narrowest
 
 
-def test_pair_types_by_id_prefers_the_first_round():
+def test_pair_types_by_id_takes_the_first_round_that_annotated_the_item():
+  """Even when it typed the pair in no group ("b"): the item's pair groups are that round's too,
+  so a later round must not move it into a row (8 real items did)."""
   first = [asq.AsqAnnotation("a", 0, 0, 1, 3), asq.AsqAnnotation("b", 1, 1, 0, 1)]
-  second = [asq.AsqAnnotation("a", 0, 0, 1, 1), asq.AsqAnnotation("b", 1, 1, 1, 1)]
-  assert asq.pair_types_by_id(first, second) == {"a": "C+E", "b": "C+C"}
+  second = [asq.AsqAnnotation("a", 0, 0, 1, 1), asq.AsqAnnotation("b", 1, 1, 1, 1), asq.AsqAnnotation("c", 1, 1, 1, 1)]
+  assert asq.pair_types_by_id(first, second) == {"a": "C+E", "b": "", "c": "C+C"}
 
 
 def test_asq_real_files(shared_data):
