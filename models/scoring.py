@@ -12,6 +12,9 @@ themselves): offline evaluation's layout, where candidates of unequal lengths wo
 each be padded to the longest (TimeDial's four 5-58 byte options, issue 14). `score_pairs` is
 the reference path (one full forward per (input, candidate) pair, as t5x's `score_batch`), kept
 for checking and benchmarking.
+
+NORMALIZATIONS turns a candidate's summed log-likelihood into its score, by name (the gin
+setting NORMALIZATION, used by offline evaluation and evaluation during training alike).
 """
 import functools
 
@@ -46,11 +49,39 @@ def span_score_mask(candidate_ids, first_sentinel_id: int | None, eos_id: int = 
   return (sentinel[..., :1] & inside_span) | (~sentinel[..., :1] & real)
 
 
+def _per(total, count):
+  """total / count, a count of 0 (nothing scored) taken as 1; numpy and jax (traced) alike."""
+  return total / (count + (count == 0))
+
+
+# Every normalisation of a likelihood score, by its gin name (NORMALIZATION): fn(summed
+# log-likelihood of the scored tokens [B, K], log-likelihood given an empty context or None,
+# counts {"tokens", "scored_chars", "scored_bytes"} [B, K]) -> scores [B, K], and what the
+# report calls it. "char" and "byte" are lm-evaluation-harness's acc_norm and per-byte
+# normalisation, "none" its acc, and "mutual_information" its acc_mutual_info (the empty context
+# is the encoder input [EOS]).
+NORMALIZATIONS = {
+    "token": (lambda total, empty, n: _per(total, n["tokens"]), "mean log-likelihood per scored token"),
+    "char": (lambda total, empty, n: _per(total, n["scored_chars"]),
+             "log-likelihood per character of the scored text (acc_norm)"),
+    "byte": (lambda total, empty, n: _per(total, n["scored_bytes"]),
+             "log-likelihood per UTF-8 byte of the scored text"),
+    "none": (lambda total, empty, n: total, "summed log-likelihood of the scored tokens"),
+    "mutual_information": (lambda total, empty, n: total - empty,
+                           "log p(candidate | context) - log p(candidate | empty context)"),
+}
+
+
+def _per_token(total, scored_tokens):
+  """`length_normalize`'s score: NORMALIZATIONS' "token"."""
+  return NORMALIZATIONS["token"][0](total, None, {"tokens": scored_tokens})
+
+
 def sequence_scores(token_scores, score_mask, length_normalize):
   total = jnp.where(score_mask, token_scores, 0.0).sum(axis=-1)
   if not length_normalize:
     return total
-  return total / jnp.maximum(score_mask.sum(axis=-1), 1)
+  return _per_token(total, score_mask.sum(axis=-1))
 
 
 @functools.partial(jax.jit, static_argnames=("config", "length_normalize"))
@@ -119,4 +150,4 @@ def score_packed(config: T5Config, params, input_ids, packed_ids, segment_ids, s
   total = segment_sums(token_scores, segment_ids, num_candidates)
   if not length_normalize:
     return total
-  return total / jnp.maximum(segment_sums(score_mask.astype(jnp.int32), segment_ids, num_candidates), 1)
+  return _per_token(total, segment_sums(score_mask.astype(jnp.int32), segment_ids, num_candidates))

@@ -216,7 +216,7 @@ GROUP_BOUNDS = "members' 95% bounds averaged (not a bootstrapped interval of the
 
 def metric_line(task: str, name: str, entry: Mapping[str, float]) -> str:
   """One console line of a metric: its value and 95% bootstrap interval; a group's average
-  (`runner.evaluate.group_metrics`, with its task count) says what its bounds are instead."""
+  (`runner.eval_metrics.group_metrics`, with its task count) says what its bounds are instead."""
   bounds = f"[{entry['low']:.4f}, {entry['high']:.4f}]"
   if "tasks" in entry:
     bounds = f"mean of {entry['tasks']} tasks; {GROUP_BOUNDS}: {bounds}"
@@ -224,7 +224,7 @@ def metric_line(task: str, name: str, entry: Mapping[str, float]) -> str:
 
 
 def groups_table(groups: Mapping[str, Mapping[str, Mapping[str, float]]]) -> Table:
-  """Averages over groups of tasks (`runner.evaluate.group_metrics`), each with its task count.
+  """Averages over groups of tasks (`runner.eval_metrics.group_metrics`), each with its task count.
   Their bounds are the members' averaged (the members share no items to resample jointly), so
   the columns say so rather than look like the metrics table's 95% intervals."""
   rows = [(group, name, e["tasks"], e["value"], e["low"], e["high"])
@@ -246,7 +246,7 @@ def group_charts(groups: Mapping[str, Mapping[str, Mapping[str, float]]]) -> lis
 
 
 def worst_items_table(task: str, items: Sequence[Mapping[str, object]]) -> Table:
-  """The items a model gets most wrong (`runner.evaluate.worst_items`): a row per candidate,
+  """The items a model gets most wrong (`runner.eval_metrics.worst_items`): a row per candidate,
   the item's id, margin and context on its first."""
   rows = []
   for item in items:
@@ -265,7 +265,7 @@ def write_report(out_dir: str, *, title: str,
                  notes: Sequence[str] = (), references: References | None = None) -> str:
   """Writes `out_dir/report.html` and its PNGs; returns the HTML path.
 
-  `groups` (averages over groups of tasks, as `runner.evaluate.group_metrics` makes them) get a
+  `groups` (averages over groups of tasks, as `runner.eval_metrics.group_metrics` makes them) get a
   table and charts of their own after the metrics'. `references` (`{task: [(metric, label,
   value, source), ...]}`, t5_tasks.references's) are listed beside the metrics of the tasks
   they name and drawn on the metrics' charts.

@@ -219,7 +219,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
           normalize_reward_split: str = "train", eval_every: int | None = None,
           eval_mixture_or_task_name: str | None = None, eval_split: str = "validation",
           eval_metric_groups=None, best_metric: str | None = None, best_mode: str = "max",
-          device_memory_gib: float | None = None) -> TrainResult:
+          device_memory_gib: float | None = None, eval_normalization: str = "token") -> TrainResult:
   """Trains (or resumes training of) a model in `model_dir` up to `train_steps` steps.
 
   Data comes from the seqio task or mixture, or from `batch_source(start_step)` (an iterator of
@@ -241,7 +241,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   With `eval_every` (steps; 0 or None: off), every `eval_every` steps and at the end the run
   scores `eval_split` of `eval_mixture_or_task_name` (default: the training mixture) with its
   current parameters, as runner/evaluate.py does (the reward scorer for a reward objective, else
-  likelihood), adding each group of `eval_metric_groups` ({group: [task names]}, or a function of
+  likelihood normalised by `eval_normalization`, offline evaluation's NORMALIZATION), adding each group of `eval_metric_groups` ({group: [task names]}, or a function of
   the evaluated task names returning it); it writes `eval/<task>/<metric>` TensorBoard scalars,
   a line of `model_dir/eval_metrics.jsonl` and one console line. With `best_metric`
   ('<task or group>/<metric>') it also keeps the best checkpoint by it (`best_mode` 'max' or
@@ -281,7 +281,8 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
       eval_every=eval_every, eval_mixture_or_task_name=eval_mixture_or_task_name or mixture_or_task_name,
       eval_split=eval_split, eval_metric_groups=eval_metric_groups, best_metric=best_metric,
       best_mode=best_mode, goal=goal, model_config=model_config, task_feature_lengths=task_feature_lengths,
-      batch_size=batch_size, mesh=mesh, rules=rules, use_cached=use_cached_tasks, model_dir=model_dir)
+      batch_size=batch_size, mesh=mesh, rules=rules, use_cached=use_cached_tasks, model_dir=model_dir,
+      normalization=eval_normalization)
 
   manager = checkpoints.checkpoint_manager(model_dir, keep_checkpoints)
   step, params, opt_state, shardings = _initialise_or_restore(

@@ -1,7 +1,7 @@
 """Evaluation during training (t5x's eval period and keep-best), for runner/train.py.
 
-Every EVAL_EVERY steps the run scores the eval split with its current parameters through
-runner/evaluate.py's scoring, writes `eval/<task>/<metric>` scalars beside the loss, adds a
+Every EVAL_EVERY steps the run scores the eval split with its current parameters as offline
+evaluation does (`runner.scoring_loop.evaluate_tasks`, the same scorer and NORMALIZATION), writes `eval/<task>/<metric>` scalars beside the loss, adds a
 line to MODEL_DIR/eval_metrics.jsonl, prints one line, and keeps the best checkpoint by
 BEST_METRIC in MODEL_DIR/best.
 """
@@ -12,9 +12,9 @@ import numpy as np
 
 from runner import checkpoints
 from runner import data
-from runner import evaluate
-from runner import outputs
 from runner import run_dir
+from runner import scorers
+from runner import scoring_loop
 import storage
 
 EVAL_METRICS_FILE = run_dir.EVAL_METRICS
@@ -70,21 +70,21 @@ def _all_tasks(name: str) -> list:
 
 def _eval_tasks(name: str, split: str) -> list:
   """The tasks of the eval mixture that evaluation scores, chosen as scripts.evaluate chooses them
-  (`evaluate.candidate_tasks`: a task without `split` is skipped in a line naming it); refused
+  (`scoring_loop.candidate_tasks`: a task without `split` is skipped in a line naming it); refused
   only when no task of the mixture has `split`."""
   all_tasks = _all_tasks(name)
   if not any(split in task.splits for task in all_tasks):
     raise ValueError(f"EVAL_SPLIT {split!r} is not a split of "
                      + "; ".join(f"{task.name} (it has {', '.join(task.splits)})" for task in all_tasks)
                      + f": choose a split a task of {name!r} has, or another EVAL_MIXTURE_OR_TASK_NAME")
-  tasks = evaluate.candidate_tasks(name, split)
+  tasks = scoring_loop.candidate_tasks(name, split)
   data.require_examples(tasks, split)
   return tasks
 
 
 def _metric_groups(groups, task_names) -> dict:
   """{group: [task names]}: `groups` itself, or what it returns for the evaluated task names
-  (scripts.evaluate.heap_metric_groups, which finetune.gin binds)."""
+  (HEAP's clusters, which finetune.gin binds)."""
   if groups is None:
     return {}
   return dict(groups(task_names) if callable(groups) else groups)
@@ -106,8 +106,8 @@ def _check_best_metric(best_metric, best_mode, names, eval_name) -> None:
 
 
 class _Evaluation:
-  """Evaluation during training: scores the eval split with the current parameters through
-  runner/evaluate.py's scoring, writes `eval/<task>/<metric>` scalars beside the loss, appends a
+  """Evaluation during training: scores the eval split with the current parameters as offline
+  evaluation does (`scoring_loop.evaluate_tasks`), writes `eval/<task>/<metric>` scalars beside the loss, appends a
   line to MODEL_DIR/eval_metrics.jsonl, prints one line, and keeps the best checkpoint by
   BEST_METRIC in MODEL_DIR/best (t5x's eval_period and keep-best)."""
 
@@ -145,15 +145,11 @@ class _Evaluation:
 
   def metrics(self, params) -> dict[str, float]:
     """`{"task/metric": value}` of every evaluated task and group, scored with `params`."""
-    metrics = {}
-    for task in self.tasks:
-      collected = outputs.CollectedRecords()  # evaluation during training keeps no predictions file
-      stats = evaluate.score_task(task.name, self.split, self.feature_lengths, self.batch_size, self.score_fn,
-                                  params, collected, total=task.num_input_examples(self.split), mesh=self.mesh,
-                                  rules=self.rules, use_cached=self.use_cached)
-      if collected.records:  # in the task's order, as offline evaluation's file is (batches finish out of it)
-        metrics[task.name] = evaluate.task_metrics(task, collected.in_order(stats.ids))
-    return _flat_metrics({**metrics, **evaluate.group_metrics(metrics, self.groups)})
+    evaluated = scoring_loop.evaluate_tasks(
+        self.tasks, self.split, self.score_fn, params, scoring_loop.RecordsInMemory(),
+        feature_lengths=self.feature_lengths, batch_size=self.batch_size, metric_groups=self.groups,
+        mesh=self.mesh, rules=self.rules, use_cached=self.use_cached)
+    return _flat_metrics(evaluated.metrics)
 
   def _improves(self, value: float) -> bool:
     if self.best is None:
@@ -192,9 +188,10 @@ class _Evaluation:
 
 
 def make(*, eval_every, eval_mixture_or_task_name, eval_split, eval_metric_groups, best_metric,
-                best_mode, goal, model_config, task_feature_lengths, batch_size, mesh, rules,
-                use_cached, model_dir) -> _Evaluation | None:
-  """The run's evaluation during training, its settings checked; None when EVAL_EVERY is off."""
+         best_mode, goal, model_config, task_feature_lengths, batch_size, mesh, rules,
+         use_cached, model_dir, normalization: str = "token") -> _Evaluation | None:
+  """The run's evaluation during training, its settings checked; None when EVAL_EVERY is off.
+  `normalization` is offline evaluation's NORMALIZATION (`models.scoring.NORMALIZATIONS`)."""
   if not eval_every:
     if best_metric is not None:
       raise ValueError(f"BEST_METRIC {best_metric!r} needs evaluation during training: set EVAL_EVERY")
@@ -209,13 +206,13 @@ def make(*, eval_every, eval_mixture_or_task_name, eval_split, eval_metric_group
   tasks = _eval_tasks(eval_mixture_or_task_name, eval_split)
   # A reward model's scores are its rewards; any other model's, its likelihoods (as evaluate's SCORER).
   scorer = "reward" if goal.reward_head else "likelihood"
-  evaluate.check_metrics_scorable(tasks, scorer)  # before the first step: a metric it cannot give
+  scorers.check_metrics_scorable(tasks, scorer)  # before the first step: a metric it cannot give
   names = [task.name for task in tasks]
   groups = _metric_groups(eval_metric_groups, names)
   if best_metric is not None:
     _check_best_metric(best_metric, best_mode, names + list(groups), eval_mixture_or_task_name)
   return _Evaluation(tasks=tasks, groups=groups, split=eval_split, feature_lengths=task_feature_lengths,
-                     batch_size=batch_size, score_fn=evaluate.make_score_fn(model_config, scorer, "token",
-                                                                             mesh, rules),
+                     batch_size=batch_size,
+                     score_fn=scorers.make_score_fn(model_config, scorer, normalization, mesh, rules),
                      mesh=mesh, rules=rules, use_cached=use_cached, model_dir=model_dir,
                      best_metric=best_metric, best_mode=best_mode)

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from runner import evaluate
+from runner import eval_metrics
 from runner import report
 from scripts import evaluate as evaluate_script
 
@@ -20,7 +20,7 @@ METRICS = {
 
 
 def test_each_metric_every_member_reports_is_averaged_unweighted():
-  groups = evaluate.group_metrics(METRICS, {
+  groups = eval_metrics.group_metrics(METRICS, {
       "all": ["heap_ah", "heap_ag", "heap_dia", "heap_not_evaluated"],
       "ranked": ["heap_ag", "heap_dia", "heap_ag"],  # a task named twice counts once
       "none_evaluated": ["heap_cnsp"]})
@@ -36,8 +36,8 @@ def test_each_metric_every_member_reports_is_averaged_unweighted():
 
 def test_a_group_named_like_a_task_is_refused():
   with pytest.raises(ValueError, match="metric group 'heap_ah' is named like a task"):
-    evaluate.group_metrics(METRICS, {"heap_ah": ["heap_ag"]})
-  assert evaluate.group_metrics(METRICS, None) == {}
+    eval_metrics.group_metrics(METRICS, {"heap_ah": ["heap_ag"]})
+  assert eval_metrics.group_metrics(METRICS, None) == {}
 
 
 def test_heap_groups_name_the_evaluated_criteria_of_each_cluster():
@@ -51,7 +51,7 @@ def test_heap_groups_name_the_evaluated_criteria_of_each_cluster():
 
 
 def test_report_shows_the_groups_beside_the_tasks(tmp_path):
-  groups = evaluate.group_metrics(METRICS, {"heap": ["heap_ah", "heap_ag"]})
+  groups = eval_metrics.group_metrics(METRICS, {"heap": ["heap_ah", "heap_ag"]})
   page = open(report.write_report(str(tmp_path), title="t", metrics=METRICS, groups=groups),
               encoding="utf-8").read()
   assert "Averages over groups of tasks" in page and "<td>heap</td><td>pairwise_accuracy</td><td>2</td>" in page

@@ -11,6 +11,7 @@ import t5_tasks  # pylint: disable=unused-import  # registers the tasks
 from models.config import T5Config
 from runner import evaluate
 from runner import outputs
+from runner import provenance
 from runner import train
 from scripts import train as train_script
 from tests.conftest import PROJECT_ROOT
@@ -73,12 +74,12 @@ def test_evaluating_a_later_checkpoint_into_the_same_directory_is_refused(tmp_pa
 
 
 def test_params_fingerprint_changes_with_any_sampled_value_and_not_otherwise():
-  params = {"a": np.zeros((3, 4), np.float32), "big": np.zeros(evaluate.FINGERPRINT_SAMPLE * 4, np.float32)}
+  params = {"a": np.zeros((3, 4), np.float32), "big": np.zeros(provenance.FINGERPRINT_SAMPLE * 4, np.float32)}
   same = {name: value.copy() for name, value in params.items()}
   changed = {**same, "a": same["a"].copy()}
   changed["a"][2, 3] = 1e-7
-  assert evaluate.params_fingerprint(params) == evaluate.params_fingerprint(same)
-  assert evaluate.params_fingerprint(params) != evaluate.params_fingerprint(changed)
+  assert provenance.params_fingerprint(params) == provenance.params_fingerprint(same)
+  assert provenance.params_fingerprint(params) != provenance.params_fingerprint(changed)
 
 
 @pytest.fixture

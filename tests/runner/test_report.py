@@ -3,7 +3,7 @@ import dataclasses
 import html
 import re
 
-from runner import evaluate
+from runner import eval_metrics
 from runner import report
 
 
@@ -88,15 +88,15 @@ def test_worst_items_by_hand():
       _record("d", [-1.0, -0.75], [1, 0]),                       # 0.25, tied with "a": by id
       _record("only_gold", [-1.0], [1]),                         # a generation item: none
   ]
-  items = evaluate.worst_items(records, count=2)
+  items = eval_metrics.worst_items(records, count=2)
   assert [(i["id"], round(i["margin"], 6)) for i in items] == [("c", 3.0), ("a", 0.25)]
   assert items[0]["context"] == "ctx"
   assert items[0]["candidates"] == [("c0", -4.0, True), ("c1", -1.0, False)]
-  assert [i["id"] for i in evaluate.worst_items(records)] == ["c", "a", "d"]
+  assert [i["id"] for i in eval_metrics.worst_items(records)] == ["c", "a", "d"]
 
 
 def test_report_shows_the_items_most_wrong(tmp_path):
-  items = evaluate.worst_items([_record("x<1>", [-3.0, -1.0], [1, 0], context="A: it took <MASK>.")])
+  items = eval_metrics.worst_items([_record("x<1>", [-3.0, -1.0], [1, 0], context="A: it took <MASK>.")])
   page = open(report.write_report(str(tmp_path), title="t", metrics=METRICS,
                                   tables=[report.worst_items_table("timedial_cloze_full", items)]),
               encoding="utf-8").read()

@@ -9,6 +9,7 @@ from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.util import tensor_util
 
 import t5_tasks  # pylint: disable=unused-import  # registers the tasks
+from models.network import init_params
 from runner import checkpoints
 from runner import train
 from runner import trainer
@@ -93,6 +94,9 @@ def test_a_restart_drops_evaluations_past_its_checkpoint_and_adds_none(run):
      r"evaluation of 'asq_intent_cloze' reports \(it reports asq_intent_cloze\)"),
     (dict(eval_split="validation"),
      r"EVAL_SPLIT 'validation' is not a split of asq_intent_cloze \(it has train, test\)"),
+    # NORMALIZATION reaches training's scorer (gin/runs/finetune.gin binds it as eval_normalization).
+    (dict(eval_normalization="chars"),
+     r"NORMALIZATION must be one of \['byte', 'char', 'mutual_information', 'none', 'token'\], got 'chars'"),
 ])
 def test_settings_evaluation_cannot_use_stop_the_run_before_the_model_dir_exists(tmp_path, overrides, message):
   with pytest.raises(ValueError, match=message):
@@ -105,7 +109,7 @@ def test_tasks_without_the_eval_split_are_skipped_as_scripts_evaluate_skips_them
   """A mixture some of whose tasks lack EVAL_SPLIT (the quickstart's ASQ has no validation split)
   evaluates the others, naming each task left out in one line, the line scripts.evaluate prints."""
   import seqio  # pylint: disable=g-import-not-at-top
-  from runner import evaluate  # pylint: disable=g-import-not-at-top
+  from runner import scoring_loop  # pylint: disable=g-import-not-at-top
   from runner import training_evaluation  # pylint: disable=g-import-not-at-top
 
   name = "test_train_eval_asq_and_heap_ah"
@@ -116,5 +120,31 @@ def test_tasks_without_the_eval_split_are_skipped_as_scripts_evaluate_skips_them
   assert [task.name for task in tasks] == ["heap_ah"]
   # (after it, the NOTE that heap_ah reads its quickstart files, once per process)
   assert during_training[0] == "skipping asq_intent_cloze: it has no 'validation' split (it has train, test)"
-  assert [task.name for task in evaluate.candidate_tasks(name, "validation")] == ["heap_ah"]
+  assert [task.name for task in scoring_loop.candidate_tasks(name, "validation")] == ["heap_ah"]
   assert capsys.readouterr().out.splitlines() == during_training[:1]
+
+
+def test_evaluation_during_training_scores_with_the_configured_normalization(tmp_path):
+  """Training's evaluation normalises a likelihood as NORMALIZATION says, as offline evaluation
+  does: 'none' is the summed log-likelihood, 'token' that sum over the scored tokens."""
+  from runner import scoring_loop  # pylint: disable=g-import-not-at-top
+  from runner import training_evaluation  # pylint: disable=g-import-not-at-top
+
+  params = init_params(TINY, jax.random.PRNGKey(0))
+  records = {}
+  for normalization in ("none", "token"):
+    evaluation = training_evaluation.make(
+        eval_every=2, eval_mixture_or_task_name=TASK, eval_split="test", eval_metric_groups=None,
+        best_metric=None, best_mode="max", goal=trainer.get_objective("cross_entropy"), model_config=TINY,
+        task_feature_lengths=LENGTHS, batch_size=4, mesh=None, rules=None, use_cached=False,
+        model_dir=str(tmp_path), normalization=normalization)
+    sink = scoring_loop.RecordsInMemory()
+    scoring_loop.score_task(TASK, "test", LENGTHS, 4, evaluation.score_fn, params, sink)
+    records[normalization] = sink.records
+  assert len(records["none"]) == 12
+  for summed, per_token in zip(records["none"], records["token"]):
+    assert summed["id"] == per_token["id"]
+    assert summed["scores"] == pytest.approx(summed["log_likelihoods"], rel=1e-6)
+    assert per_token["scores"] == pytest.approx(
+        [total / count for total, count in zip(summed["log_likelihoods"], summed["tokens"])], rel=1e-5)
+    assert min(summed["tokens"]) > 1  # so that the two differ
