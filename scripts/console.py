@@ -4,6 +4,7 @@ orbax, seqio, TFDS and the HTTP server log every file and request at INFO throug
 `--verbosity=0` (or higher) on any script's command line brings those lines back.
 """
 import logging as std_logging
+import sys
 
 from absl import flags
 from absl import logging
@@ -32,6 +33,16 @@ def _not_orbax_write_failure(record) -> bool:
   return not ("/orbax/" in record.pathname and "RESOURCE_EXHAUSTED" in record.getMessage())
 
 
+def _without_closed_loop_callbacks(report=sys.unraisablehook):
+  """An unraisable-exception hook that drops one: a failed orbax save (a full disk) closes its
+  threads' event loops while TensorStore still completes the other writes, each completion's
+  callback then finds its loop closed. The save's failure is the main thread's one line."""
+  def hook(unraisable):
+    if not (isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed"):
+      report(unraisable)
+  return hook
+
+
 def quiet_libraries() -> None:
   """Shows the libraries' warnings and errors only, unless --verbosity was given."""
   if not flags.FLAGS["verbosity"].present:
@@ -41,3 +52,4 @@ def quiet_libraries() -> None:
     logging.get_absl_handler().addFilter(_not_gins_probe)  # gin logs through the root logger
     # gcsfs logs each failed request with its traceback; storage.StorageError says it in one line.
     std_logging.getLogger("gcsfs").setLevel(std_logging.CRITICAL)
+    sys.unraisablehook = _without_closed_loop_callbacks()
