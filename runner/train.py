@@ -19,6 +19,7 @@ from absl import logging
 from models import reward as reward_lib
 from models.config import T5Config
 from models.network import init_params
+from runner import checkpoint_integrity
 from runner import checkpoints
 from runner import data
 from runner import host_memory
@@ -80,7 +81,7 @@ def _initialise_or_restore(manager, config, goal, optimizer, initial_checkpoint_
       manager, partitioning.with_shardings(abstract_params, params_shardings),
       partitioning.with_shardings(jax.eval_shape(optimizer.init, abstract_params), opt_shardings))
   # Set aside, so that the run can save those steps again when it reaches them.
-  moved = checkpoints.set_aside(manager, [error.step for error in damaged])
+  moved = checkpoint_integrity.set_aside(manager, [error.step for error in damaged])
   for error, path in zip(damaged, moved):
     if jax.process_index() == 0:
       print(f"checkpoint step {error.step} in {manager.directory} is unreadable ({error.damage}); "
@@ -241,8 +242,9 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
   With `eval_every` (steps; 0 or None: off), every `eval_every` steps and at the end the run
   scores `eval_split` of `eval_mixture_or_task_name` (default: the training mixture) with its
   current parameters, as runner/evaluate.py does (the reward scorer for a reward objective, else
-  likelihood normalised by `eval_normalization`, offline evaluation's NORMALIZATION), adding each group of `eval_metric_groups` ({group: [task names]}, or a function of
-  the evaluated task names returning it); it writes `eval/<task>/<metric>` TensorBoard scalars,
+  likelihood normalised by `eval_normalization`, offline evaluation's NORMALIZATION), adding each
+  group of `eval_metric_groups` ({group: [task names]}, or a function of the evaluated task names
+  returning it); it writes `eval/<task>/<metric>` TensorBoard scalars,
   a line of `model_dir/eval_metrics.jsonl` and one console line. With `best_metric`
   ('<task or group>/<metric>') it also keeps the best checkpoint by it (`best_mode` 'max' or
   'min'; a tie keeps the earlier step) in `model_dir/best`; resuming still restores the latest.
