@@ -4,7 +4,7 @@ Every task reads released-format files through `t5_tasks.sources` when its datas
 built (never at import). By default these are the quickstart files in `t5_tasks/data/`;
 a gin binding points a dataset at real files, keyed by split ("all" for a file whose
 records carry their own split). A family with a TFDS builder also has a `<name>_tfds`
-variant of each task that reads the dataset prepared by `t5_tasks.sources.tfds_builders`
+variant of each task that reads the same example dicts prepared by `t5_tasks.sources.tfds_builders`
 (`python -m scripts.build_tfds --manual_dir=...`) through `seqio.TfdsDataSource`, from the TFDS data dir
 (seqio.set_tfds_data_dir_override):
 
@@ -327,10 +327,10 @@ def register_family(family: families.TaskFamily) -> tuple[str, ...]:
     sources = {task.name: (ReaderSource(
         functools.partial(_examples_from_bound_files, task.examples, datasets),
         task.signature, task.splits, datasets, task.name), task.steps)}
-    if task.tfds:
+    if task.tfds:  # the prepared dataset holds `task.examples`' dicts, in the task's splits
       sources[f"{task.name}_tfds"] = (
-          TfdsSourceWithProvenance(task.tfds.name, splits=task.tfds.splits),
-          (task.tfds.to_examples, *task.steps))
+          TfdsSourceWithProvenance(task.tfds.name, splits={split: split for split in task.splits}),
+          task.steps)
     for name, (source, steps) in sources.items():
       seqio.TaskRegistry.add(
           name,

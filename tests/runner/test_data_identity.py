@@ -185,7 +185,7 @@ def test_a_tfds_task_records_its_dataset_and_the_prepared_files(tmp_path):
   finally:
     task.source.tfds_dataset.override_data_dir(None)
   [version_dir] = [p for p in (data_dir / "asq").iterdir() if p.is_dir()]
-  assert recorded["tfds"] == {"name": "asq/1.0.0", "version": "1.0.0",
+  assert recorded["tfds"] == {"name": "asq/2.0.0", "version": "2.0.0",
                               "splits": {"train": "train", "test": "test"}}
   [files] = recorded["files"]
   assert files["sha256"] == _folder_sha256(version_dir) and files["path"] == str(version_dir)

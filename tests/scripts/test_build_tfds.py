@@ -66,5 +66,5 @@ def test_the_command_prints_one_line_per_dataset_and_nothing_of_the_libraries(ma
   assert result.returncode == 0 and result.stderr == "", result.stderr[-3000:]
   timedial_items = len(json.loads((DATA / "timedial_test.json").read_text()))
   lines = result.stdout.splitlines()
-  assert lines[0] == f"timedial: test {timedial_items} -> {data_dir / 'timedial' / '1.1.0'}", lines
+  assert lines[0] == f"timedial: test {timedial_items} -> {data_dir / 'timedial' / '2.0.0'}", lines
   assert len(lines) == 2 and lines[1].startswith("heap_comparisons/av: train "), lines

@@ -34,7 +34,8 @@ def test_asq_builds_from_quickstart_and_reads_back(tmp_path):
                                         asq.read_asq_annotations(DATA / "asq_human_annotation_second.json")[0])
   for r in raw["test"]:
     e = by_id[r["id"]]
-    assert e["label"] == r["label"] and [q.decode() for q in e["questions"]] == [r["qn1"], r["qn2"]]
+    assert list(e["candidate_labels"]) == [int(r["label"] == i) for i in range(2)]
+    assert [q.decode() for q in e["candidates"]] == [r["qn1"], r["qn2"]]
     assert e["pair_type"].decode() == expected_types.get(r["id"], "")
   # The first round alone types the items it annotated (a second round never moves an item it left untyped).
   typed_first = {a["id"] for a in first_round if asq.pair_type(int(a["true_qn_type"]), int(a["paired_qn_type"]))}
@@ -50,9 +51,9 @@ def test_heap_builder_keeps_the_file_tasks_examples_and_splits(tmp_path):
       {"heap/tellmewhy": {"all": str(manual / "tellmewhy_test_caters_sample.csv")}}, "AV")
   for split in ("train", "validation", "test"):
     found = list(tfds.as_numpy(builder.as_dataset(split=split)))
-    assert sorted((e["inputs"].decode(), e["good"].decode(), e["bad"].decode()) for e in found) == sorted(
+    assert sorted((e["inputs"].decode(), *(c.decode() for c in e["candidates"])) for e in found) == sorted(
         (e["inputs"], *e["candidates"]) for e in expected[split])
-    assert found and all(e["good_score"] > e["bad_score"] for e in found)
+    assert found and all(e["candidate_scores"][0] > e["candidate_scores"][1] for e in found)
 
 
 def test_missing_files_name_the_folder_and_what_to_put_there(tmp_path):

@@ -2,8 +2,7 @@
 
 The TFDS datasets are prepared from the quickstart files, as `scripts.build_tfds` prepares them,
 once for the module; each split of each `_tfds` task is then compared with the file task's after
-preprocessing, item by item. Where the two cannot agree, `KNOWN_DIFFERENCES` says why and the
-test asserts exactly that difference.
+preprocessing, item by item: the builders store the family's own example dicts, so nothing differs.
 """
 import gin
 import numpy as np
@@ -40,22 +39,6 @@ def _compared_tasks() -> list[str]:
 
 
 COMPARED = _compared_tasks()
-
-
-def _without_id_suffix(example):
-  post, _, _ = example["id"].partition(b"#")
-  return {**example, "id": post}
-
-
-# task -> (why its `_tfds` twin differs, the view of an item in which both sides agree)
-KNOWN_DIFFERENCES = {
-    # The prepared comparisons have no index: `from_tfds_summaries` tells a post's comparisons
-    # apart by a hash of their summaries, the file task by their rank in the file.
-    "summarize_feedback_preference": ("ids: '<post>#<hash>' against '<post>#<rank>'", _without_id_suffix),
-    # The builder keeps the narrowest pair type only (`from_tfds_asq`).
-    "asq_intent_cloze": ("pair_groups: empty in the TFDS dataset",
-                         lambda example: {k: v for k, v in example.items() if k != "pair_groups"}),
-}
 
 
 def _plain(value):
@@ -102,14 +85,10 @@ def test_tfds_task_has_the_file_tasks_splits_and_items(quickstart_tfds, name):
   del quickstart_tfds
   file_task, tfds_task = seqio.get_mixture_or_task(name), seqio.get_mixture_or_task(f"{name}_tfds")
   assert tfds_task.splits == file_task.splits
-  why, view = KNOWN_DIFFERENCES.get(name, ("", lambda example: example))
-  differs = False
   for split in file_task.splits:
     expected, got = _items(name, split), _items(f"{name}_tfds", split)
     assert len(got) == len(expected) > 0, split
-    assert _by_id([view(e) for e in got]) == _by_id([view(e) for e in expected]), (split, why)
-    differs |= _by_id(got) != _by_id(expected)
-  assert differs == bool(why), f"{name}: " + (f"no longer differs ({why}): drop it" if why else "differs")
+    assert _by_id(got) == _by_id(expected), split
 
 
 def test_every_family_with_a_tfds_source_is_compared():

@@ -11,7 +11,7 @@ import seqio
 import tensorflow as tf
 
 import t5_tasks  # pylint: disable=unused-import  (registers the tasks)
-from t5_tasks import families
+from t5_tasks.families import base as families_base
 from t5_tasks import temporal_tagger
 from t5_tasks import vocab
 from t5_tasks.sources import records
@@ -250,8 +250,8 @@ def test_normalisations_are_counted_and_told_once(tmp_path, capsys):
                                timedial.EMPTY_TURNS_DROPPED: 2}
   assert read.conversation[0].startswith("A: ") and read.correct[1] == read.correct[1].strip()
   assert "normalised: 2 options stripped of surrounding spaces" in report.summary()
-  families._read(timedial.read_timedial, str(path))  # pylint: disable=protected-access
-  families._read(timedial.read_timedial, str(path))  # pylint: disable=protected-access
+  families_base.read(timedial.read_timedial, str(path))
+  families_base.read(timedial.read_timedial, str(path))
   assert capsys.readouterr().out.count("1 records read, 0 skipped; normalised: ") == 1
 
 
