@@ -69,7 +69,7 @@ def _all_tasks(name: str) -> list:
 
 
 def _eval_tasks(name: str, split: str) -> list:
-  """The tasks of the eval mixture that evaluation scores, chosen as scripts.evaluate chooses them
+  """The tasks of the eval mixture that evaluation scores, chosen as offline evaluation chooses them
   (`scoring_loop.candidate_tasks`: a task without `split` is skipped in a line naming it); refused
   only when no task of the mixture has `split`."""
   all_tasks = _all_tasks(name)
