@@ -14,7 +14,7 @@ import gin
 import seqio
 
 from t5_tasks import tasks
-from t5_tasks.sources import heap
+from t5_tasks.heap import mixtures as heap_mixtures
 
 DEFAULT_RATE_CAP = 2**16
 
@@ -46,34 +46,12 @@ def register_mixture(name: str = gin.REQUIRED, task_names: Sequence[str] = gin.R
   return name
 
 
-def heap_mixtures() -> dict[str, list[str]]:
-  """HEAP's training protocols (§4.2) as mixtures of its 22 criteria and nothing else.
-
-  Single-task trains on `heap_<criterion>` itself. Multi-task: `heap_multitask`, every criterion.
-  Cross-task: `heap_cross_task_<criterion>`, every criterion but the target. Cross-cluster:
-  `heap_cross_cluster_<cluster>_<criterion>`, the target's cluster without the target (Table 3's
-  C^{/t}; clusters in `heap.CLUSTERS`, §6's same-dataset ones included), and `heap_cluster_<cluster>`
-  the whole cluster, to evaluate on. Each protocol is tested on the target's test split.
-  """
-  every = [heap.task_name(a) for a in heap.HEAP_CRITERIA]
-  out = {"heap_multitask": every}
-  for abbreviation in heap.HEAP_CRITERIA:
-    target = heap.task_name(abbreviation)
-    out[f"heap_cross_task_{abbreviation.lower()}"] = [t for t in every if t != target]
-  for cluster, members in heap.CLUSTERS.items():
-    names = [heap.task_name(a) for a in members]
-    out[f"heap_cluster_{cluster}"] = names
-    for target in names:
-      out[f"heap_cross_cluster_{cluster}_{target[len('heap_'):]}"] = [t for t in names if t != target]
-  return out
-
-
 def mixture_definitions() -> dict[str, list[str]]:
   """Every predefined mixture name and its tasks."""
   out = {
       # The generation task first, so the mixture carries inputs/targets only.
       "generation_and_cloze": list(tasks.GENERATION_TASKS + tasks.CLOZE_TASKS),
-      **heap_mixtures(),
+      **heap_mixtures.protocol_mixtures(),
   }
   out["quickstart"] = ["turingadvice_generation", "timedial_weak_supervision",
                        "timedial_cloze_full", "asq_intent_cloze", "heap_ah", "heap_av",

@@ -12,7 +12,7 @@ a number, they are not targets it must reproduce.
 """
 from typing import Iterable
 
-from t5_tasks.sources import heap
+from t5_tasks import heap
 
 Reference = tuple[str, str, float, str]  # (metric, label, value, source)
 

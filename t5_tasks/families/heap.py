@@ -1,5 +1,5 @@
 """HEAP (Mehri & Shwartz 2023): one preference task per criterion, `heap_<abbreviation>`, over
-the released judgments of its source (`t5_tasks.sources.heap` reads them and renders Table 5's
+the released judgments of its source (`t5_tasks.heap` reads them and renders Table 5's
 inputs)."""
 import functools
 import random
@@ -9,7 +9,7 @@ import gin
 from t5_tasks import metrics
 from t5_tasks import preprocessors
 from t5_tasks.families import base
-from t5_tasks.sources import heap
+from t5_tasks import heap
 
 
 # gin names these `t5_tasks.families.<name>`, as when every family was one module.

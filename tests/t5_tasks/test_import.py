@@ -23,7 +23,7 @@ def test_import_registers_everything_silently():
   assert len(lines) == 1, f"import printed to stdout: {done.stdout!r}"
   assert done.stderr == "", f"import printed to stderr: {done.stderr!r}"
   result = json.loads(lines[0])
-  from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top
+  from t5_tasks import heap  # pylint: disable=g-import-not-at-top
   expected_tasks = {"turingadvice_generation", "timedial_cloze_full", "timedial_cloze_local",
                     "timedial_cloze_target", "timedial_weak_supervision", "asq_intent_cloze",
                     "summarize_feedback_preference", "summarize_feedback_sft"} | {

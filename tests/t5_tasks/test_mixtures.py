@@ -9,7 +9,7 @@ import seqio
 import t5_tasks  # pylint: disable=unused-import  (registers the tasks and mixtures)
 from t5_tasks import mixtures
 from t5_tasks import tasks
-from t5_tasks.sources import heap
+from t5_tasks import heap
 
 GIN_DIR = pathlib.Path(__file__).resolve().parents[2] / "gin" / "mixtures"
 _spec = importlib.util.spec_from_file_location("t5_tasks_test_tasks",

@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import pytest
 
-from t5_tasks.sources import heap
+from t5_tasks import heap
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "t5_tasks" / "data"
 QUICK_TELLMEWHY = DATA / "tellmewhy_test_caters_sample.csv"
@@ -473,7 +473,7 @@ def test_table_5_examples_render_as_the_paper_prints_them(shared_data):
   # HS: the cell prints "then <sep>, the man": HellaSwag's ending starts with the comma, and the
   # separator's space before it is lost in the extraction.
   ctx, ending = _example(rows["HS"][1]).split(" <sep>")
-  item = heap.heap_sources.HellaSwagItem(ctx=ctx, endings=(ending.strip(), "a", "b", "c"), label=0)
+  item = heap.HellaSwagItem(ctx=ctx, endings=(ending.strip(), "a", "b", "c"), label=0)
   check("HS", heap.hellaswag_comparisons("HS", [item])[0], ending.strip(), f"{ctx} <sep> {ending.strip()}")
 
   example = _example(rows["CR"][1])
@@ -488,7 +488,7 @@ def test_table_5_examples_render_as_the_paper_prints_them(shared_data):
   assert (hate_label, target_label) == ("hate speech", "target")
   assert narrative.startswith("blind people are not aware")
   target = "the target as the release gives it"
-  narratives = [heap.heap_sources.CounterNarrative(hate_speech, target, system, text, *[score] * 5)
+  narratives = [heap.CounterNarrative(hate_speech, target, system, text, *[score] * 5)
                 for system, text, score in (("T5", narrative, 4), ("BART", "Other.", 1))]
   for task in ("BCN", "CCN", "CNG", "CNSp", "CNSu"):
     layout = (f"hate speech <sep> {hate_speech} <sep> target <sep> {target} <sep> counter narrative"
@@ -499,9 +499,9 @@ def test_table_5_examples_render_as_the_paper_prints_them(shared_data):
   post, response = _example(rows["CNO CNSt"][1]).removeprefix("- ").replace(" - ", " ").split(" <sep> ")
   # The released post, answered by Table 5's narrative and another rated apart (the release's own
   # narratives of this post tie on stance: no CNSt comparison).
-  released = next(p for p in heap.heap_sources.read_chasm(data / "chasm")[0] if p.post == post)
+  released = next(p for p in heap.read_chasm(data / "chasm")[0] if p.post == post)
   answered = dataclasses.replace(released, narratives=tuple(
-      heap.heap_sources.ChasmNarrative(system, text, *[(score,) * 3] * 3)
+      heap.ChasmNarrative(system, text, *[(score,) * 3] * 3)
       for system, text, score in (("GPT-3", response, 4), ("GPT-2", "Other.", 0))))
   for task in ("CNI", "CNO", "CNSt"):
     comparison = heap.chasm_comparisons(task, [answered])[0]

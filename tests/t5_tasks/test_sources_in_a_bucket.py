@@ -16,8 +16,7 @@ import storage
 import t5_tasks  # pylint: disable=unused-import  (registers the tasks)
 from t5_tasks import tasks
 from t5_tasks.sources import asq
-from t5_tasks.sources import heap
-from t5_tasks.sources import heap_sources
+from t5_tasks import heap
 from t5_tasks.sources import records
 from t5_tasks.sources import reddit_advice
 from t5_tasks.sources import summarize_feedback
@@ -27,17 +26,17 @@ from t5_tasks.sources import turingadvice
 DATA = tasks.QUICKSTART_DIR
 
 # One reader of each file shape: JSON array, JSON lines, CSV, JSON object (records.py's and
-# heap_sources.py's row readers).
+# heap.py's row readers).
 READERS = {
     "timedial_test.json": timedial.read_timedial,
     "asq_test.json": asq.read_asq,
     "reddit_advice_2019.jsonl": reddit_advice.read_reddit_advice,
     "turingadvice_eval.jsonl": turingadvice.read_turingadvice_eval,
     "summarize_comparisons.jsonl": summarize_feedback.read_comparisons,
-    "tellmewhy_test_caters_sample.csv": heap_sources.read_tellmewhy,
-    "heap_counter_narratives.csv": heap_sources.read_counter_narratives,
-    "heap_hellaswag.jsonl": heap_sources.read_hellaswag,
-    "heap_chasm.json": heap_sources.read_chasm,
+    "tellmewhy_test_caters_sample.csv": heap.read_tellmewhy,
+    "heap_counter_narratives.csv": heap.read_counter_narratives,
+    "heap_hellaswag.jsonl": heap.read_hellaswag,
+    "heap_chasm.json": heap.read_chasm,
 }
 
 
@@ -86,12 +85,12 @@ def test_a_chasm_folder_in_a_bucket_reads_its_json_files_in_order(bucket, tmp_pa
     storage.write_text(storage.join(where, "b.json"), json.dumps(items))
     storage.write_bytes(storage.join(where, "a.json"), (DATA / "heap_chasm.json").read_bytes())
     storage.write_text(storage.join(where, "notes.txt"), "not read")
-  local, local_report = heap_sources.read_chasm(tmp_path)
-  posts, report = heap_sources.read_chasm(folder)
-  assert heap_sources.chasm_files(folder) == [f"{folder}/a.json", f"{folder}/b.json"]
+  local, local_report = heap.read_chasm(tmp_path)
+  posts, report = heap.read_chasm(folder)
+  assert heap.chasm_files(folder) == [f"{folder}/a.json", f"{folder}/b.json"]
   assert posts == local and [p.id for p in posts][:2] == ["a/quick_1", "a/quick_2"]
   _same_report(report, local_report, folder)
-  assert report.normalised == {heap_sources.TEXTS_STRIPPED: 1}
+  assert report.normalised == {heap.TEXTS_STRIPPED: 1}
   assert heap.read_heap_comparisons("CNO", folder)[0] == heap.read_heap_comparisons("CNO", tmp_path)[0]
 
 
@@ -111,7 +110,7 @@ def test_a_commongen_folder_in_a_bucket_reads_its_sheets_in_number_order(bucket,
   for where in (str(tmp_path), folder):
     storage.write_text(storage.join(where, "sheet10.csv"), _commongen_sheet("river boat row"))
     storage.write_text(storage.join(where, "sheet2.csv"), _commongen_sheet("dog ball throw"))
-  assert heap_sources.commongen_sheets(folder) == [f"{folder}/sheet2.csv", f"{folder}/sheet10.csv"]
+  assert heap.commongen_sheets(folder) == [f"{folder}/sheet2.csv", f"{folder}/sheet10.csv"]
   comparisons, report = heap.read_heap_comparisons("CR", folder)
   local, local_report = heap.read_heap_comparisons("CR", tmp_path)
   assert comparisons == local and comparisons
@@ -154,7 +153,7 @@ def test_a_broken_record_in_a_bucket_file_is_rejected_naming_the_file_and_line(b
   storage.write_text(f"{folder}/broken.json", text)
   line = text.splitlines().index('    "quick_2": {') + 1
   with pytest.raises(records.RecordError) as raised:
-    heap_sources.read_chasm(folder)
+    heap.read_chasm(folder)
   assert str(raised.value) == (
       f"{folder}/broken.json:{line}: field 'quick_2.GPT-Neo.score.stance[1]': expected an integer, got 'x'")
 

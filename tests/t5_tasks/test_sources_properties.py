@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from t5_tasks.sources import asq
-from t5_tasks.sources import heap_sources
+from t5_tasks import heap
 from t5_tasks.sources import reddit_advice
 from t5_tasks.sources import summarize_feedback
 from t5_tasks.sources import timedial
@@ -75,7 +75,7 @@ CASES = {
         (("info", "subreddit"), "str", False), (("summaries",), "list", False),
         (("summaries", 1, "text"), "str", False), (("summaries", 0, "policy"), "str", False),
         (("choice",), "int", False), (("split",), "str", False), (("extra", "confidence"), "int", True)]),
-    "defeasible": (heap_sources.read_defeasible, False, {
+    "defeasible": (heap.read_defeasible, False, {
         "premise": "A man walks a dog.", "hypothesis": "The man is outside.", "update": "It is raining.",
         "model": "human", "dataset": "snli", "pred_label": "attenuator", "human_label": [-1, -2, -1],
         "human_irrelevant": [0, 0, 0], "human_nonsensical": [0, 0, 0]}, [
@@ -264,12 +264,12 @@ def test_tellmewhy_bad_cell_is_named(tmp_path, column, data, skip):
   path = tmp_path / "tellmewhy.csv"
   path.write_bytes(_csv_bytes(TELLMEWHY_HEADER, [TELLMEWHY_ROW, row]))
   if skip:
-    items, report = heap_sources.read_tellmewhy(path, skip_invalid=True)
+    items, report = heap.read_tellmewhy(path, skip_invalid=True)
     assert (len(items), report.skipped) == (1, 1)
     error = report.errors[0]
   else:
     with pytest.raises(RecordError) as info:
-      heap_sources.read_tellmewhy(path)
+      heap.read_tellmewhy(path)
     error = info.value
   assert str(error).startswith(f"{path}:3: field {column!r}")
 
@@ -281,22 +281,22 @@ def test_tellmewhy_huge_cells_missing_columns_and_bad_bytes(tmp_path, size, bad_
   row[0] = "x" * size
   path = tmp_path / "tellmewhy.csv"
   path.write_bytes(_csv_bytes(TELLMEWHY_HEADER, [row]))
-  items, _ = heap_sources.read_tellmewhy(path)
+  items, _ = heap.read_tellmewhy(path)
   assert len(items[0].narrative) == size  # above the csv module's default 128 KiB field limit
   keep = [i for i, c in enumerate(TELLMEWHY_HEADER) if c != drop]
   path.write_bytes(_csv_bytes([TELLMEWHY_HEADER[i] for i in keep], [[TELLMEWHY_ROW[i] for i in keep]]))
   with pytest.raises(RecordError, match=rf"^{re.escape(str(path))}:2: field {drop!r}: missing"):
-    heap_sources.read_tellmewhy(path)
+    heap.read_tellmewhy(path)
   if bad_utf8:
     path.write_bytes(_csv_bytes(TELLMEWHY_HEADER, [TELLMEWHY_ROW]).replace(b"Ann", b"A\xffn"))
     with pytest.raises(RecordError, match=rf"^{re.escape(str(path))}: invalid UTF-8"):
-      heap_sources.read_tellmewhy(path, skip_invalid=True)
+      heap.read_tellmewhy(path, skip_invalid=True)
 
 
 def test_csv_row_with_wrong_column_count_is_skipped_and_counted(tmp_path):
   path = tmp_path / "tellmewhy.csv"
   path.write_bytes(_csv_bytes(TELLMEWHY_HEADER, [TELLMEWHY_ROW, TELLMEWHY_ROW[:4], TELLMEWHY_ROW]))
-  items, report = heap_sources.read_tellmewhy(path, skip_invalid=True)
+  items, report = heap.read_tellmewhy(path, skip_invalid=True)
   assert (len(items), report.skipped) == (2, 1)
   assert str(report.errors[0]) == f"{path}:3: expected 6 columns, got 4"
 
@@ -307,6 +307,6 @@ def test_commongen_sheet_errors_name_the_row(tmp_path):
           ["Reference: A dog runs.", "", ""], ["a dog runs", "dog run a", "1"], ["a dog is running", "run", "2"]]
   path.write_bytes(_csv_bytes(rows[0], rows[1:]))
   with pytest.raises(RecordError, match=rf"^{re.escape(str(path))}:6: field 'score': expected one of .* got '2'"):
-    heap_sources.read_commongen_sheet(path)
-  judgments, report = heap_sources.read_commongen_sheet(path, skip_invalid=True)
+    heap.read_commongen_sheet(path)
+  judgments, report = heap.read_commongen_sheet(path, skip_invalid=True)
   assert [j.sentences for j in judgments] == [("a dog runs", "dog run a")] and report.skipped == 1

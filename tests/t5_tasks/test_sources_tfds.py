@@ -9,7 +9,7 @@ tfds = pytest.importorskip("tensorflow_datasets")
 
 from t5_tasks.sources import asq  # pylint: disable=g-import-not-at-top
 from t5_tasks import families
-from t5_tasks.sources import heap
+from t5_tasks import heap
 from t5_tasks.sources import tfds_builders
 from t5_tasks.sources import timedial
 

@@ -20,7 +20,7 @@ from t5_tasks import families
 from t5_tasks import preprocessors
 from t5_tasks import tasks
 from t5_tasks import vocab as task_vocab
-from t5_tasks.sources import heap
+from t5_tasks import heap
 from t5_tasks.sources import records
 from tests.conftest import PROJECT_ROOT
 
