@@ -25,6 +25,7 @@ MODEL_CONFIG = "t5_config.json"
 CONFIG_GIN = "config.gin"  # the gin configuration a run was started with, as t5x keeps it
 DATA_FILES = "data_files.json"  # what each training task read
 EVAL_METRICS = "eval_metrics.jsonl"  # one line per evaluation during training
+EVAL = "eval"  # an evaluation's folder inside what it evaluates (eval_dir)
 # EVAL_OUTPUT_DIR's names.
 PREDICTIONS = "predictions.jsonl"
 PREDICTION_PARTS = "predictions.parts"  # in a bucket (no append): whole numbered objects, one per batch
@@ -51,6 +52,12 @@ class RunDir(_Directory):
   config_gin = property(lambda self: self.at(CONFIG_GIN))
   data_files = property(lambda self: self.at(DATA_FILES))
   eval_metrics = property(lambda self: self.at(EVAL_METRICS))
+
+
+def eval_dir(checkpoint_path: str) -> str:
+  """CHECKPOINT_PATH/eval, for gin (gin/quickstart.gin): each checkpoint's evaluation in its own
+  folder, so that evaluating another run never writes into (or is refused by) the demo's."""
+  return storage.join(checkpoint_path, EVAL)
 
 
 class EvalDir(_Directory):

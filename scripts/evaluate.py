@@ -77,7 +77,10 @@ def main(argv: Sequence[str]) -> None:
       references=references.for_tasks(task_names))
   if jax.process_index() == 0:  # the one process that wrote them
     print(format_metrics(metrics))
-    print(f"report: {gin.query_parameter('%EVAL_OUTPUT_DIR')}/report.html", flush=True)
+    output_dir = gin.query_parameter("%EVAL_OUTPUT_DIR")
+    if isinstance(output_dir, gin.config.ConfigurableReference):  # e.g. @run_dir.eval_dir()
+      output_dir = output_dir.scoped_configurable_fn()
+    print(f"report: {output_dir}/report.html", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """README.md is an executable promise: every command it shows runs here as a user runs it.
 
 Each command runs as a subprocess in a temp copy of the project (a git checkout with its own
-`runs/`) on the quickstart data, with tiny step counts appended (`--gin.TRAIN_STEPS=2` and the
-quickstart's batch and lengths). The README's absolute folders (`/data`, `/models`, `/runs`,
-`/ckpt`) become temp folders holding the quickstart files, a SentencePiece model trained on them
-and a random tiny Hugging Face T5; a published model size runs as `tiny` (this is 2 CPU cores).
+`runs/`), as written, with tiny step counts appended (`--gin.TRAIN_STEPS=2` and the quickstart's
+batch and lengths). `../shared/data` is the real data beside the project (a command naming it is
+skipped, saying why, where it is absent); the README's absolute folders (`/data`, `/models`,
+`/runs`, `/ckpt`), which stand for a user's own files, become temp folders holding the quickstart
+files, a SentencePiece model trained on them and a random tiny Hugging Face T5; a published model
+size runs as `tiny` (this is 2 CPU cores).
 Its output is checked: exit status 0, no traceback, the files it promises, numbers in range.
 
 CASES is the table: a normalised command prefix (`.venv/bin/python` read as `python`, words
@@ -36,6 +38,7 @@ from typing import Callable
 import pytest
 
 from tests.conftest import PROJECT_ROOT
+from tests.conftest import SHARED_DATA
 from tests.helpers import browser
 
 # make test runs each module on one worker (--dist loadfile): the workspace and its runs happen once.
@@ -60,8 +63,11 @@ DEMO_DIR = "runs/quickstart"
 # the run beside the demo's ends after it, so that the demo's checkpoint it checks is there.
 AFTER_THE_DEMO = (DEMO_DIR,)
 NO_REMAKE = "-o .venv/.installed"  # make -n: the venv counts as made, so only the target's own commands print
-# Flags whose value is a folder a command writes (what later commands may read).
+# Flags whose value is a folder a command writes (what later commands may read); an evaluation
+# reads its MODEL_DIR (gin/quickstart.gin: CHECKPOINT_PATH = %MODEL_DIR).
 OUTPUT_FLAGS = ("--gin.MODEL_DIR=", "--gin.EVAL_OUTPUT_DIR=", "--out=", "--data_dir=")
+READ_BY_EVALUATION = "--gin.MODEL_DIR="
+SHARED = "../shared/data"  # the real data, as the README names it (beside the project)
 TINY_HF_CONFIG = dict(vocab_size=384, d_model=64, d_kv=16, num_heads=4, d_ff=128, num_layers=2,
                       num_decoder_layers=2)  # gin/models/t5_1_1/tiny.gin
 
@@ -104,8 +110,16 @@ def gin_value(command: str, name: str, default: str | None = None) -> str | None
 
 def written_folders(command: str) -> list[str]:
   words = shlex.split(command)
-  folders = [w.split("=", 1)[1].strip("'\"") for w in words if w.startswith(OUTPUT_FLAGS)]
+  evaluation = "scripts.evaluate" in words
+  folders = [w.split("=", 1)[1].strip("'\"") for w in words
+             if w.startswith(OUTPUT_FLAGS) and not (evaluation and w.startswith(READ_BY_EVALUATION))]
   return folders + [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--out"]
+
+
+def needs_shared_data(command: str) -> bool:
+  """Whether the command reads the real data (names it, or its case reads what such a command
+  wrote) and it is absent here."""
+  return (SHARED in command or case_of(command).real_data) and not SHARED_DATA.is_dir()
 
 
 def named_paths(command: str) -> set[str]:
@@ -124,6 +138,7 @@ class Case:
   exact: bool = False  # matches the whole command only
   writes: tuple[str, ...] = ()  # folders it writes that its command does not name
   reads: tuple[str, ...] = ()  # folders it reads that its command does not name
+  real_data: bool = False  # reads what a command on ../shared/data wrote
 
   def matches(self, command: str) -> bool:
     words = normalise(command)
@@ -159,6 +174,9 @@ class Workspace:
     self.git("-c", "user.name=readme", "-c", "user.email=readme@example.org", "commit", "-q", "-m", "copy")
     self.git("remote", "add", "origin", "https://example.org/t5-scoring.git")
     shutil.copytree(PROJECT_ROOT / "t5_tasks" / "data", self.outside / "data")
+    if SHARED_DATA.is_dir():  # ../shared/data from the copy, as from the project
+      (tmp / "shared").mkdir()
+      (tmp / "shared" / "data").symlink_to(SHARED_DATA)
     self._make_models()
     # As a user's shell: not inside `make test`, whose variables make a nested make print
     # "Entering directory" lines around its commands.
@@ -369,7 +387,8 @@ def assert_ran(result: subprocess.CompletedProcess) -> None:
 def check_training(ws: Workspace, command: str, result, steps: int = TINY_STEPS) -> None:
   assert_ran(result)
   assert f"stopped at step {steps}" in result.stdout, result.stdout[-2000:]
-  losses = [float(loss) for loss in re.findall(r"\bloss (\S+)", result.stdout + result.stderr)]
+  # The training loss (`step 2/2  loss 5.9`), not an evaluation's (`eval at step 2: <task>/loss 5.9, ...`).
+  losses = [float(loss) for loss in re.findall(r"(?<!/)\bloss (\S+)", result.stdout + result.stderr)]
   assert losses and all(math.isfinite(loss) and loss > 0 for loss in losses), losses
   model_dir = ws.path(gin_value(command, "MODEL_DIR", DEMO_DIR))
   assert (model_dir / "checkpoints" / str(steps)).is_dir(), sorted(p.name for p in model_dir.iterdir())
@@ -470,6 +489,29 @@ def check_fresh_run_beside_the_demo(ws: Workspace, command: str, result) -> None
   assert (ws.path(DEMO_DIR) / "checkpoints" / str(DEMO_STEPS)).is_dir()  # the demo's run is its own
 
 
+def check_evaluation_during_training(ws: Workspace, command: str, result) -> None:
+  """On the quickstart mixture's validation split: the tasks without one skipped in a line each, as
+  scripts.evaluate skips them, the others scored at the end, the best checkpoint kept by BEST_METRIC."""
+  check_training(ws, command, result)
+  for task in ("asq_intent_cloze", "timedial_cloze_full"):
+    assert f"skipping {task}: it has no 'validation' split" in result.stdout, result.stdout[-3000:]
+  best_metric = gin_value(command, "BEST_METRIC")
+  model_dir = ws.path(gin_value(command, "MODEL_DIR"))
+  lines = [json.loads(line) for line in (model_dir / "eval_metrics.jsonl").read_text().splitlines()]
+  assert [line["step"] for line in lines] == [TINY_STEPS] and best_metric in lines[0]["metrics"], lines
+  assert not any(name.startswith(("asq_intent_cloze/", "timedial_cloze_full/")) for name in lines[0]["metrics"])
+  assert lines[0]["best"] == {"metric": best_metric, "step": TINY_STEPS, "value": lines[0]["metrics"][best_metric]}
+  assert f"eval at step {TINY_STEPS}: " in result.stdout and (model_dir / "best" / str(TINY_STEPS)).is_dir()
+
+
+def check_evaluation_beside_the_demo(ws: Workspace, command: str, result) -> None:
+  """The run MODEL_DIR names, evaluated into MODEL_DIR/eval (gin/quickstart.gin), not the demo's."""
+  model_dir = gin_value(command, "MODEL_DIR")
+  check_evaluation(ws, command, result, output_dir=f"{model_dir}/eval")
+  provenance = json.loads((ws.path(model_dir) / "eval" / "metrics.json").read_text())["provenance"]
+  assert (provenance["checkpoint_path"], provenance["checkpoint_step"]) == (str(ws.path(model_dir)), TINY_STEPS)
+
+
 def check_make_test(ws: Workspace, command: str, result) -> None:
   shown = ws.run(f"make -n {NO_REMAKE} test")
   assert_ran(shown)
@@ -564,14 +606,21 @@ def check_heap_evaluation(ws: Workspace, command: str, result) -> None:
 
 
 def check_heap_counts(ws: Workspace, command: str, result) -> None:
-  """On the quickstart files: the sources with a hand-written file are counted, the rest named."""
+  """On ../shared/data: each criterion's count is the README table's "Comparisons here", and the
+  criteria without a file there are those the table says to bring."""
   assert_ran(result)
   rows = {line.split()[0]: line for line in result.stdout.splitlines()
           if re.match(r"^[A-Z][A-Za-z]+ {2,}", line) and "criterion" not in line}
-  assert len(rows) == 22, result.stdout
-  missing = {c for c, line in rows.items() if "bring your own file" in line}
-  assert missing == {"CR", "SRC", "SRE", "SRPl", "SRPr", "SRS", "DIA", "DII"}, missing
-  assert "14 of 22 criteria have a file here" in result.stdout
+  expected = readme_heap_counts()
+  assert set(rows) == set(expected) and len(rows) == 22, result.stdout
+  for criterion, count in expected.items():
+    if count is None:
+      assert "bring your own file" in rows[criterion], rows[criterion]
+    else:
+      assert re.search(rf"\s{count}\s", rows[criterion]), (criterion, count, rows[criterion])
+  with_files = [c for c, count in expected.items() if count is not None]
+  assert f"{len(with_files)} of 22 criteria have a file here; {sum(expected[c] for c in with_files)} comparisons" in (
+      result.stdout), result.stdout[-500:]
 
 
 def check_heap_runs(ws: Workspace, command: str, result) -> None:
@@ -620,21 +669,38 @@ def check_comparison(ws: Workspace, command: str, result) -> None:
   pairs = {(d["task"], d["metric"], d["a"], d["b"]) for d in comparison["differences"]}
   assert {("timedial_cloze_full", "two_best_accuracy", "model", "overlap"),
           ("asq_intent_cloze", "accuracy", "model", "similarity")} <= pairs, sorted(pairs)
+  eval_dirs = dict(spec.split("=", 1) for spec in command.split("--eval_dirs=")[1].split()[0].split(","))
   for d in comparison["differences"]:
+    if "/" not in d["metric"]:  # a task's whole metric, on all of the baseline's items: the same items
+      baseline = d["b"] if d["a"] == "model" else d["a"]
+      scored = (ws.path(eval_dirs[baseline]) / "predictions.jsonl").read_text().splitlines()
+      assert d["items"] == sum(json.loads(line)["task"] == d["task"] for line in scored), d
     assert 0 <= d["p_bootstrap"] <= 1 and 0 <= d["p_test"] <= 1 and d["low"] <= d["difference"] <= d["high"], d
   assert all((out / name).is_file() for name in ("comparison.md", "comparison.tex", "report.html"))
-  assert f"wrote {out / 'report.html'} and comparison.json, .md, .tex in" in result.stdout, result.stdout
+  assert f"wrote {ws.localise(command.split('--out=')[1].split()[0])}/report.html and comparison.json, .md, .tex in" in (
+      result.stdout), result.stdout
+
+
+def readme_heap_counts() -> dict[str, int | None]:
+  """The README's HEAP table: criterion -> "Comparisons here" (None: bring your own file)."""
+  rows = [line.split("|")[1:-1] for line in README.read_text().splitlines() if re.match(r"^\| [A-Z]\w* \| `heap_", line)]
+  return {row[0].strip(): None if "bring your own" in row[4] else int(row[4]) for row in rows}
 
 
 def check_tfds_build(ws: Workspace, command: str, result) -> None:
+  """The datasets named, one line each (no TFDS log or "Downloading and preparing" line), HEAP's
+  answer validity from ../shared/data with the README table's count of comparisons."""
   assert_ran(result)
-  built = dict(line.split(": ", 1) for line in result.stdout.splitlines() if " -> " in line)
-  sizes = {split: len(json.loads((ws.outside / "data" / f"asq_{split}.json").read_text()))
-           for split in ("train", "test")}
-  assert built["asq"].startswith(f"train {sizes['train']}, test {sizes['test']} -> "), built
-  assert set(built) == set(command.split("--datasets=")[1].split()[0].split(",")), built  # those named
+  assert not LIBRARY_LOG_LINE.search(result.stderr) and "Downloading and preparing" not in result.stdout, (
+      result.stdout + result.stderr)[-3000:]
+  built = dict(line.split(": ", 1) for line in result.stdout.splitlines())
+  assert set(built) == set(command.split("--datasets=")[1].split()[0].split(",")), built  # those named, only
+  sizes = dict(part.split(" ") for part in built["heap_comparisons/av"].split(" -> ")[0].split(", "))
+  assert set(sizes) == {"train", "validation", "test"}, built
+  assert sum(map(int, sizes.values())) == readme_heap_counts()["AV"], (sizes, readme_heap_counts()["AV"])
+  prepared = ws.root / built["heap_comparisons/av"].split(" -> ")[1]
   data_dir = ws.path(command.split("--data_dir=")[1].split()[0])
-  assert (data_dir / "asq" / "1.0.0" / "dataset_info.json").is_file()
+  assert prepared.parent == data_dir / "heap_comparisons" / "av" and (prepared / "dataset_info.json").is_file()
 
 
 def check_conversion(ws: Workspace, command: str, result) -> None:
@@ -792,11 +858,15 @@ CASES = [
     Case(".venv/bin/pip install -U", "GPU: not installed; the installed JAX has the extra",
          check_gpu_install),
     Case("python -c", "as is", check_task_and_mixture_names, run=run_as_is),
-    Case("python -m scripts.build_tfds", "on the quickstart files", check_tfds_build, run=run_as_is),
+    Case("python -m scripts.build_tfds", "as is, on ../shared/data", check_tfds_build, run=run_as_is),
     Case("TFDS_DATA_DIR=", "tiny steps, on what build_tfds prepared", check_training,
-         run=run_with_tiny_settings, reads=AFTER_THE_DEMO),
+         run=run_with_tiny_settings, reads=AFTER_THE_DEMO, real_data=True),
     Case(f"{DEMO_TRAIN} --gin.MODEL_DIR=", "tiny steps", check_fresh_run_beside_the_demo,
          run=run_with_tiny_settings, reads=AFTER_THE_DEMO),
+    Case(f"{DEMO_TRAIN} --gin.EVAL_EVERY=", "tiny steps: evaluated once, at the end", check_evaluation_during_training,
+         run=run_with_tiny_settings, reads=AFTER_THE_DEMO),
+    Case(f"{DEMO_EVALUATE} --gin.MODEL_DIR=", "quickstart shapes, on the tiny run beside the demo's",
+         check_evaluation_beside_the_demo, run=run_with_tiny_settings),
     Case("python -m scripts.train", "tiny steps", check_training, run=run_with_tiny_settings,
          reads=AFTER_THE_DEMO),
     Case("python -m scripts.evaluate", "quickstart shapes", check_evaluation, run=run_with_tiny_settings),
@@ -805,11 +875,12 @@ CASES = [
     Case(HEAP_EVALUATE, "quickstart shapes, on the HEAP run", check_heap_evaluation, run=run_with_tiny_settings),
     Case(HEAP_BENCHMARK, "as is, for two of its nine targets (CNG, HSO)", check_heap_benchmark,
          run=run_heap_benchmark),
-    Case("python -m scripts.run_baseline", "on the quickstart files", check_baseline, run=run_as_is),
-    Case("python -m scripts.compare", "the demo's evaluation beside the two baselines", check_comparison,
-         run=run_as_is, reads=(f"{DEMO_DIR}/eval", "/runs/overlap", "/runs/similarity")),
-    Case("python -m scripts.analyze heap --data_dir=", "on the quickstart files", check_heap_counts,
+    Case("python -m scripts.run_baseline", "as is (the quickstart files, or ../shared/data)", check_baseline,
          run=run_as_is),
+    Case("python -m scripts.compare", "the demo's evaluation beside the two baselines", check_comparison,
+         run=run_as_is, reads=(f"{DEMO_DIR}/eval", "runs/overlap", "runs/similarity")),
+    Case("python -m scripts.analyze heap --data_dir=", "as is, on ../shared/data: the README table's counts",
+         check_heap_counts, run=run_as_is),
     Case("python -m scripts.analyze heap_runs", "on the HEAP run's evaluation", check_heap_runs, run=run_as_is),
     Case("python -m scripts.convert_checkpoint", "a random tiny Hugging Face T5", check_conversion,
          run=run_as_is),
@@ -833,7 +904,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
   ws = Workspace(tmp_path_factory.mktemp("readme"))
-  ws.start([command for command in COMMANDS if case_of(command)])
+  ws.start([command for command in COMMANDS if case_of(command) and not needs_shared_data(command)])
   yield ws
   ws.close()
 
@@ -846,10 +917,21 @@ def test_every_readme_command_has_a_case():
   assert not unused, "cases of tests/test_readme.py that match no README command:\n" + "\n".join(unused)
 
 
+def test_every_readme_command_runs_with_the_venv_python():
+  """One convention (issue 34): `.venv/bin/python`, as the README says once; a bare `python` fails
+  outside an activated venv (ModuleNotFoundError: absl)."""
+  text = README.read_text()
+  assert "`.venv/bin/python`" in text and "ModuleNotFoundError" in text
+  bare = [command for command in COMMANDS if re.search(r"(^|\s)python3? ", command)]
+  assert not bare, "README commands with a bare python:\n" + "\n".join(bare)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[case.prefix for case in CASES])
 def test_readme_command(workspace, case):
   commands = [command for command in COMMANDS if case_of(command) is case]
   if not commands:
     pytest.skip("no README command (test_every_readme_command_has_a_case says so)")
   for command in commands:
+    if needs_shared_data(command):
+      pytest.skip(f"real data not found at {SHARED_DATA} (it lives beside the project, never in it): {command}")
     case.check(workspace, command, workspace.result(command))
