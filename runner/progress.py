@@ -24,8 +24,12 @@ def format_duration(seconds: float) -> str:
 class Progress:
   """Counts work as it is done and reports rates over the window since the last report."""
 
-  def __init__(self, label: str, total: int | None, unit: str, printer=print):
+  def __init__(self, label: str, total: int | None, unit: str, printer=print,
+               flops_per_unit: float | None = None, peak_flops: float | None = None):
+    """`flops_per_unit` and `peak_flops` (the devices' summed FLOP/s), when both are known, add
+    model-FLOPs utilisation to each line."""
     self.label, self.total, self.unit, self._print = label, total, unit, printer
+    self._flops_per_unit, self._peak_flops = flops_per_unit, peak_flops
     self.done = 0
     self._window_start = self._last_report = time.perf_counter()
     self._window_done = self._window_tokens = 0
@@ -40,7 +44,8 @@ class Progress:
     return time.perf_counter() - self._last_report
 
   def report(self, details: str = "") -> dict[str, float]:
-    """Prints one line and starts a new window; returns `{unit}_per_sec` and `tokens_per_sec`."""
+    """Prints one line and starts a new window; returns `{unit}_per_sec` and `tokens_per_sec` (and
+    `mfu` where the peak is known)."""
     now = time.perf_counter()
     elapsed = max(now - self._window_start, 1e-9)
     rate, token_rate = self._window_done / elapsed, self._window_tokens / elapsed
@@ -51,6 +56,10 @@ class Progress:
     parts.append(f"{rate:.2f} {self.unit}/s")
     if self._window_tokens:
       parts.append(f"{token_rate:.0f} tokens/s")
+    rates = {f"{self.unit}_per_sec": rate, "tokens_per_sec": token_rate}
+    if self._flops_per_unit and self._peak_flops:
+      rates["mfu"] = rate * self._flops_per_unit / self._peak_flops
+      parts.append(f"MFU {rates['mfu']:.1%}")
     if not self._reports:
       parts.append("(first window: includes compiling)")
     if self.total is not None:
@@ -61,4 +70,4 @@ class Progress:
     self._window_start = self._last_report = now
     self._window_done = self._window_tokens = 0
     self._reports += 1
-    return {f"{self.unit}_per_sec": rate, "tokens_per_sec": token_rate}
+    return rates

@@ -16,6 +16,7 @@ import jax
 import numpy as np
 from absl import logging
 
+from models import flops
 from models import reward as reward_lib
 from models.config import T5Config
 from models.network import init_params
@@ -311,7 +312,13 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
                                  candidates=goal.candidates, split=split, seed=seed, start_step=step,
                                  use_cached=use_cached_tasks)
   writer = _metric_writer(model_dir)
-  progress = Progress("step", train_steps, "steps")
+  # MFU on the progress line where the devices' peak is published (none on a CPU); candidate batches'
+  # decoder rows vary with each item's candidates, so those objectives print none.
+  peak = flops.peak_flops_per_second([device.device_kind for device in jax.devices()])
+  step_flops = (flops.training_flops(model_config, batch_size, task_feature_lengths["inputs"],
+                                     task_feature_lengths["targets"])
+                if peak and task_feature_lengths and not goal.candidates else None)
+  progress = Progress("step", train_steps, "steps", flops_per_unit=step_flops, peak_flops=peak)
   progress.done = step
   pending, last_metrics, preempted, saved_step = [], {}, False, step
   log_interval = _log_interval(log_every, train_steps)

@@ -10,7 +10,7 @@ first, then runs are interleaved A B A B with the matmul probes that give each e
 (in the model's dtype); medians are reported, compile time (first call minus median) separately.
 Each ratio is also given as the min-max of its per-repetition values, with the load average before
 and after, and a WARNING line where that spread exceeds 20% of the median.
-MFU = analytic model FLOPs of one call (scripts/bench_flops.py) / its median time / the median
+MFU = analytic model FLOPs of one call (models/flops.py) / its median time / the median
 rate of the same engine's matmul probe, measured in the same case.
 Without torch or transformers the Hugging Face contenders are skipped, with a printed reason,
 and the weights are a random initialisation of the config.
@@ -31,11 +31,16 @@ from absl import flags
 
 from models import checkpoint_import, decoding, network, scoring
 from runner import host_memory, partitioning, trainer
-from scripts import bench_evaluation, bench_flops, bench_profile, bench_report, bench_timing, console
+from models import flops as model_flops
+from scripts import console
+from scripts.bench import evaluation as bench_evaluation
+from scripts.bench import profile as bench_profile
+from scripts.bench import report as bench_report
+from scripts.bench import timing as bench_timing
 
 try:
   import torch
-  from scripts import bench_hf
+  from scripts.bench import hf as bench_hf
   HF_MISSING = None
 except ImportError as error:  # a JAX-only machine
   torch = bench_hf = None
@@ -179,12 +184,12 @@ def scoring_suite(bench: Bench) -> list[dict]:
     }
     shape_args = (c, case.batch, case.context, case.candidates, case.steps)
     work = {
-        "score_candidates": dict(items=rows, engine="jax", flops=bench_flops.shared_scoring_flops(*shape_args)),
-        "score_pairs": dict(items=rows, engine="jax", flops=bench_flops.pair_scoring_flops(*shape_args)),
+        "score_candidates": dict(items=rows, engine="jax", flops=model_flops.shared_scoring_flops(*shape_args)),
+        "score_pairs": dict(items=rows, engine="jax", flops=model_flops.pair_scoring_flops(*shape_args)),
     }
     if bench.hf_model is not None:
       runners["hf_t5"] = bench_hf.scorer(bench.hf_model, input_ids, candidate_ids, device=bench.torch_device)
-      work["hf_t5"] = dict(items=rows, engine="torch", flops=bench_flops.pair_scoring_flops(*shape_args))
+      work["hf_t5"] = dict(items=rows, engine="torch", flops=model_flops.pair_scoring_flops(*shape_args))
     tolerance = SCORE_TOLERANCE if c.dtype == "float32" else 0.1
 
     def check(first):
@@ -219,7 +224,7 @@ def training_suite(bench: Bench) -> list[dict]:
     return float(metrics["loss"])
 
   tokens = shape["batch"] * (shape["context"] + shape["steps"])
-  flops = bench_flops.training_flops(c, shape["batch"], shape["context"], shape["steps"])
+  flops = model_flops.training_flops(c, shape["batch"], shape["context"], shape["steps"])
   runners = {"train_step": ours}
   work = {"train_step": dict(items=tokens, engine="jax", flops=flops)}
   if bench.hf_model is not None:
@@ -249,7 +254,7 @@ def generation_suite(bench: Bench) -> list[dict]:
                                               top_p=0.95, greedy=greedy))[:, 0]
 
   items = shape["batch"] * new_tokens
-  flops = bench_flops.generation_flops(c, shape["batch"], shape["context"], new_tokens)
+  flops = model_flops.generation_flops(c, shape["batch"], shape["context"], new_tokens)
   runners = {"sample": ours()}
   work = {"sample": dict(items=items, engine="jax", flops=flops)}
   if bench.hf_model is not None:
@@ -320,7 +325,7 @@ def make_bench(model: str, device: str, dtype: str, reps: int, seed: int, direct
 
 
 def run(model="small", suites=DEFAULT_SUITES, reps=7, device="cpu", dtype=None, seed=0, quick=False) -> list[dict]:
-  """Runs the suites and returns their records (see scripts/bench_report.py); `quick`: QUICK_REPS
+  """Runs the suites and returns their records (see scripts/bench/report.py); `quick`: QUICK_REPS
   repetitions of QUICK_SHAPES, to check that everything runs."""
   unknown = set(suites) - set(SUITES)
   if unknown:

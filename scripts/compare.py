@@ -41,20 +41,18 @@ from typing import Mapping, Sequence
 from absl import app
 from absl import flags
 import numpy as np
-from scipy import stats
 
 from runner import outputs
 from runner import report
 from scripts import console
 import storage
 
-# t5_tasks (seqio, TensorFlow: seconds to import) is imported in `item_credit`, once the inputs are
+# t5_tasks (seqio, TensorFlow: seconds to import; its statistics: the paired tests below) is imported
+# where used (`item_credit`, `compare`), once the inputs are
 # checked: a mismatched directory is refused at once, and absl has started (see scripts/analyze.py).
 
 ACCURACY_METRICS = ("accuracy", "two_best_accuracy", "pairwise_accuracy")
-CONFIDENCE = 0.95
 MAX_IDS_SHOWN = 5
-DECIMALS = 12  # differences of means are rounded to this: float noise has no sign
 VALUE_TOLERANCE = 1e-9  # recomputed mean vs metrics.json: the same float64 arithmetic
 
 
@@ -154,71 +152,6 @@ def metrics_to_compare(systems: Mapping[str, dict], requested: Sequence[str]):
   return chosen, sorted(every - set(chosen))
 
 
-def paired_bootstrap(a, b, num_bootstrap: int, seed: int) -> dict[str, float]:
-  """Difference of means a - b, its percentile interval and two-sided p (module docstring)."""
-  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  # Rounded: credits such as 1/3 make a true difference of 0 come out as +-1e-17, a sign it lacks.
-  observed = float(np.round(a.mean() - b.mean(), DECIMALS))
-  rng = np.random.default_rng(seed)
-  # One row of item indices per resample, applied to both systems: the pairing.
-  rows = rng.integers(0, len(a), size=(num_bootstrap, len(a)))
-  differences = np.round((a[rows] - b[rows]).mean(axis=1), DECIMALS)
-  tail = (1 - CONFIDENCE) / 2 * 100
-  low, high = np.percentile(differences, [tail, 100 - tail])
-  if observed == 0:
-    p = 1.0
-  else:
-    p = min(1.0, 2 * float(np.mean(np.sign(differences) == -np.sign(observed))))
-  return {"difference": observed, "low": float(low), "high": float(high), "p": p}
-
-
-MCNEMAR, PERMUTATION = "McNemar exact", "paired permutation"
-PERMUTATION_CHUNK = 1000  # sign flips drawn at once: memory stays items x 1000
-
-
-def is_correct_or_incorrect(credit) -> bool:
-  return bool(np.isin(np.asarray(credit), (0, 1)).all())
-
-
-def credit_won(a, b) -> tuple[float, float]:
-  """(credit A gets above B summed over items, the same for B): with 0/1 credit, the discordant
-  pairs; their difference is items x (mean A - mean B), so the sign is the difference's."""
-  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  return float(np.round(np.clip(a - b, 0, None).sum(), DECIMALS)), float(np.round(np.clip(b - a, 0, None).sum(), DECIMALS))
-
-
-def mcnemar_exact(a, b) -> dict[str, float]:
-  """Exact two-sided McNemar test on 0/1 credit: binomial test on the discordant pairs."""
-  if not (is_correct_or_incorrect(a) and is_correct_or_incorrect(b)):
-    raise ValueError("McNemar's test needs 0/1 credit; a tie's fractional credit needs the permutation test")
-  a_better, b_better = (int(x) for x in credit_won(a, b))
-  discordant = a_better + b_better
-  p = 1.0 if discordant == 0 else float(stats.binomtest(a_better, discordant, 0.5).pvalue)
-  return {"test": MCNEMAR, "a_better": a_better, "b_better": b_better, "p": p}
-
-
-def paired_permutation(a, b, num_permutations: int, seed: int) -> dict[str, float]:
-  """Two-sided paired permutation test of mean(a - b): each item's difference keeps or flips its
-  sign at random (the systems' labels swapped within the item); see the module docstring."""
-  differences = np.asarray(a, np.float64) - np.asarray(b, np.float64)
-  observed = abs(float(np.round(differences.mean(), DECIMALS)))
-  rng = np.random.default_rng(seed)
-  as_extreme = 0
-  for start in range(0, num_permutations, PERMUTATION_CHUNK):
-    signs = rng.choice((-1.0, 1.0), size=(min(PERMUTATION_CHUNK, num_permutations - start), len(differences)))
-    as_extreme += int(np.sum(np.abs(np.round((signs * differences).mean(axis=1), DECIMALS)) >= observed))
-  a_better, b_better = credit_won(a, b)
-  return {"test": PERMUTATION, "a_better": a_better, "b_better": b_better,
-          "p": (1 + as_extreme) / (1 + num_permutations)}
-
-
-def second_test(a, b, num_permutations: int, seed: int) -> dict:
-  """McNemar where both systems' credit is 0/1, else the paired permutation test."""
-  if is_correct_or_incorrect(a) and is_correct_or_incorrect(b):
-    return mcnemar_exact(a, b)
-  return paired_permutation(a, b, num_permutations, seed)
-
-
 def _groups(record: Mapping) -> set[str]:
   from t5_tasks import metrics as t5_metrics  # pylint: disable=g-import-not-at-top
   return t5_metrics.item_groups(record)
@@ -259,6 +192,7 @@ def compare(systems: Mapping[str, dict], chosen, num_bootstrap: int, seed: int,
             num_permutations: int = 10000) -> tuple[list, list]:
   """(value rows, difference rows) of every chosen (task, metric): see comparison.json. A
   difference on a whole task's metric (not a group's) also lists the items the two disagree on."""
+  from t5_tasks import statistics  # pylint: disable=g-import-not-at-top  # seqio: once inputs are checked
   values, differences = [], []
   for task, metric in chosen:
     names = [n for n, s in systems.items() if metric in s["metrics"].get(task, {})]
@@ -277,8 +211,8 @@ def compare(systems: Mapping[str, dict], chosen, num_bootstrap: int, seed: int,
                      **{k: reported[k] for k in ("value", "low", "high")}})
     for i, a in enumerate(names):
       for b in names[i + 1:]:
-        bootstrap = paired_bootstrap(credits[a], credits[b], num_bootstrap, seed)
-        test = second_test(credits[a], credits[b], num_permutations, seed)
+        bootstrap = statistics.paired_bootstrap(credits[a], credits[b], num_bootstrap, seed)
+        test = statistics.second_test(credits[a], credits[b], num_permutations, seed)
         differences.append({"task": task, "metric": metric, "a": a, "b": b, "items": len(ids),
                             "difference": bootstrap["difference"], "low": bootstrap["low"],
                             "high": bootstrap["high"], "p_bootstrap": bootstrap["p"],
@@ -439,10 +373,11 @@ def run(args: flags.FlagValues) -> dict:
   check_same_items(systems)
   chosen, not_compared = metrics_to_compare(systems, args.metric)
   values, differences = compare(systems, chosen, args.num_bootstrap, args.seed, args.num_permutations)
+  from t5_tasks import statistics  # pylint: disable=g-import-not-at-top  # imported by `compare` already
   result = {"systems": [{"name": name, "dir": system["dir"], "provenance": system["provenance"]}
                         for name, system in systems.items()],
             "num_bootstrap": args.num_bootstrap, "num_permutations": args.num_permutations,
-            "seed": args.seed, "confidence": CONFIDENCE,
+            "seed": args.seed, "confidence": statistics.CONFIDENCE,
             "values": values, "differences": differences,
             "not_compared": [list(key) for key in not_compared]}
   page = write_outputs(args.out, result)

@@ -33,7 +33,7 @@ from models import t5x_checkpoint
 from models.config import T5Config
 from runner import checkpoints
 from scripts import console
-from scripts import train as train_script  # the shared gin command line
+from scripts import gin_cli  # the shared gin command line
 
 PARAMS_SUBDIR = "params"
 
@@ -60,7 +60,7 @@ def export_hf(checkpoint: str, hf_dir: str,
 
 def _configured_model() -> T5Config:
   """MODEL_CONFIG from --gin_file / --gin.NAME=value."""
-  train_script.parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
+  gin_cli.parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
   try:
     return gin.query_parameter("%MODEL_CONFIG").scoped_configurable_fn()
   except ValueError:
@@ -117,6 +117,4 @@ if __name__ == "__main__":
   flags.DEFINE_string("out", None, "Output directory for the orbax checkpoint and t5_config.json.")
   flags.DEFINE_string("checkpoint", None, "Checkpoint to export (any format CHECKPOINT_PATH accepts).")
   flags.DEFINE_string("to_hf", None, "Output directory of the Hugging Face export of --checkpoint.")
-  train_script.define_flags()
-  app.run(train_script.one_line_errors(main),
-          flags_parser=lambda argv: flags.FLAGS(train_script.rewrite_gin_args(argv)))
+  gin_cli.run(main)

@@ -32,11 +32,9 @@ from typing import Callable, Sequence
 
 import gin
 import jax
-from absl import app
-from absl import flags
 
 from runner import infer as infer_lib
-from scripts import train as train_script  # the shared gin command line
+from scripts import gin_cli  # the shared gin command line
 
 # The date of a situation that gives none: February 14, 2020 (00:00 UTC), the TuringAdvice
 # leaderboard's human-evaluation round (../shared/data/turingadvice/feb-14-2020_first100.jsonl).
@@ -75,7 +73,7 @@ def advice_generator(checkpoint_path: str, *, input_length: int = 512, max_lengt
 
 
 def main(argv: Sequence[str]) -> None:
-  train_script.start(argv)
+  gin_cli.start(argv)
   from t5_tasks import vocab  # pylint: disable=g-import-not-at-top
   vocabulary = vocab.get_vocabulary()
   input_length = gin.query_parameter("%TASK_FEATURE_LENGTHS")["inputs"]
@@ -86,6 +84,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  train_script.define_flags()
-  app.run(train_script.one_line_errors(main),
-          flags_parser=lambda argv: flags.FLAGS(train_script.rewrite_gin_args(argv)))
+  gin_cli.run(main)

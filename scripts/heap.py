@@ -23,6 +23,7 @@ from absl import flags
 
 from runner import heap_benchmark as bench
 from scripts import evaluate as evaluate_script
+from scripts import gin_cli
 from scripts import train as train_script
 import storage
 
@@ -34,7 +35,7 @@ PLANNED_MACROS = {"MIXTURE_OR_TASK_NAME": "--protocol/--targets", "MODEL_DIR": "
 
 
 def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
-  train_script.define_flags(fv)
+  """scripts.heap's own flags (gin_cli.run defines the gin ones)."""
   flags.DEFINE_enum("protocol", None, bench.PROTOCOLS, "HEAP's setup (§4.2; base: §5).", flag_values=fv)
   flags.DEFINE_string("out_dir", "runs/heap", "Folder of the runs and the tables (local or gs://).", flag_values=fv)
   flags.DEFINE_string("model_gin", "gin/models/t5_1_1/base.gin", "The model's gin file.", flag_values=fv)
@@ -63,11 +64,11 @@ def _user_arguments(args) -> tuple[list[str], list[str]]:
 def _parse(files: Sequence[str], bindings: Sequence[str], args) -> None:
   """A run's gin configuration as scripts.train's `start` parses and checks a command line."""
   gin.clear_config()
-  train_script.parse_gin(files, bindings, args.gin_search_paths)
-  train_script.check_macros(bindings, args.strict_gin)
-  train_script.check_macro_references(bindings)
-  train_script.check_required_macros()
-  train_script.check_macro_kinds()
+  gin_cli.parse_gin(files, bindings, args.gin_search_paths)
+  gin_cli.check_macros(bindings, args.strict_gin)
+  gin_cli.check_macro_references(bindings)
+  gin_cli.check_required_macros()
+  gin_cli.check_macro_kinds()
 
 
 def _run_script(main, files, bindings) -> None:
@@ -164,6 +165,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  define_flags()
-  app.run(train_script.one_line_errors(main),
-          flags_parser=lambda argv: flags.FLAGS(train_script.rewrite_gin_args(argv)))
+  gin_cli.run(main, define_flags)

@@ -14,21 +14,17 @@ REWARD_CHECKPOINT_PATH. Training can do the same at its end: train.train.normali
 from typing import Sequence
 
 import gin
-from absl import app
-from absl import flags
 
 from runner import reward_normalization
-from scripts import train as train_script  # the shared gin command line
+from scripts import gin_cli  # the shared gin command line
 
 
 def main(argv: Sequence[str]) -> None:
-  train_script.start(argv)
+  gin_cli.start(argv)
   record = gin.get_configurable(reward_normalization.normalize_checkpoint)()
   print(f"offset {record['offset']:+.6f} over {record['references']['count']} references; "
         f"REWARD_CHECKPOINT_PATH={gin.query_parameter('%NORMALIZED_CHECKPOINT_PATH')}", flush=True)
 
 
 if __name__ == "__main__":
-  train_script.define_flags()
-  app.run(train_script.one_line_errors(main),
-          flags_parser=lambda argv: flags.FLAGS(train_script.rewrite_gin_args(argv)))
+  gin_cli.run(main)

@@ -19,7 +19,8 @@ from absl import flags
 
 from runner import partitioning
 from runner import preflight
-from scripts import train as train_script
+from scripts import console
+from scripts import gin_cli  # the shared gin command line
 
 
 def _evaluated(value):
@@ -56,9 +57,9 @@ def run_arguments() -> dict:
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  train_script.console.quiet_libraries()
-  train_script.parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
-  train_script.check_macro_kinds()
+  console.quiet_libraries()
+  gin_cli.parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
+  gin_cli.check_macro_kinds()
   partitioning.initialize_distributed(_bound("multi_host"))
   arguments = run_arguments()
   print("\n".join(preflight.describe_run(**arguments)), flush=True)
@@ -66,6 +67,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  train_script.define_flags()
-  app.run(train_script.one_line_errors(main),
-          flags_parser=lambda argv: flags.FLAGS(train_script.rewrite_gin_args(argv)))
+  gin_cli.run(main)

@@ -25,7 +25,7 @@ from runner import evaluate
 from runner import outputs
 from runner import report
 from scripts import console
-from scripts import train as train_script  # one_line_errors: a bad record is one line, not a traceback
+from scripts import gin_cli  # one_line_errors: a bad record is one line, not a traceback
 
 # seqio and t5_tasks (TensorFlow) are imported inside the functions, once absl has started:
 # imported at the top of this file, TensorFlow's GPU probe would run in app.run with stderr open,
@@ -210,4 +210,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(train_script.one_line_errors(main))
+  app.run(gin_cli.one_line_errors(main))

@@ -12,6 +12,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+# The paired tests between two systems (scripts.compare's), over the per-item credit defined here.
+from t5_tasks.statistics import mcnemar_exact, paired_bootstrap, paired_permutation, second_test  # pylint: disable=unused-import
+
 NUM_BOOTSTRAP = 1000
 CONFIDENCE = 0.95
 

@@ -24,9 +24,9 @@ class CommandResult:
 def define_script_flags():
   """The scripts' flags on absl's FLAGS (scripts/train.py's `define_flags`), once per process."""
   from absl import flags  # pylint: disable=g-import-not-at-top
-  from scripts import train as train_script  # pylint: disable=g-import-not-at-top
+  from scripts import gin_cli  # pylint: disable=g-import-not-at-top
   if "gin_file" not in flags.FLAGS:
-    train_script.define_flags()
+    gin_cli.define_flags()
 
 
 def run_script(main, argv, program: str = "script", cwd=PROJECT_ROOT, started=()) -> CommandResult:
@@ -40,11 +40,11 @@ def run_script(main, argv, program: str = "script", cwd=PROJECT_ROOT, started=()
   """
   from absl import flags  # pylint: disable=g-import-not-at-top
   import gin  # pylint: disable=g-import-not-at-top
-  from scripts import train as train_script  # pylint: disable=g-import-not-at-top
+  from scripts import gin_cli  # pylint: disable=g-import-not-at-top
 
   define_script_flags()
   flags.FLAGS.unparse_flags()
-  remaining = flags.FLAGS(train_script.rewrite_gin_args([program, *argv]))
+  remaining = flags.FLAGS(gin_cli.rewrite_gin_args([program, *argv]))
   gin.clear_config()
   out, err, previous = io.StringIO(), io.StringIO(), os.getcwd()
   try:
@@ -52,7 +52,7 @@ def run_script(main, argv, program: str = "script", cwd=PROJECT_ROOT, started=()
       os.chdir(cwd)
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
       try:
-        train_script.one_line_errors(main)(remaining)
+        gin_cli.one_line_errors(main)(remaining)
         code = 0
       except SystemExit as exit_:
         code = exit_.code

@@ -8,7 +8,7 @@ import pytest
 from models.checkpoint_import import config_from_hf, load_hf_t5
 from models.config import T5Config
 from models.scoring import score_candidates, score_pairs
-from scripts import train as train_script
+from scripts import gin_cli
 from tests.models.hf_reference import hf_candidate_scores, make_hf_t5, random_ids
 
 TOL = 1e-5  # float32 on both sides; the T5.1.1 tests' 1e-4 is looser
@@ -65,7 +65,7 @@ def test_score_candidates_matches_hf_t5_1_0(hf_and_ours):
 def _gin_model_config(path: str) -> T5Config:
   gin.clear_config()
   try:
-    train_script.parse_gin([path], [], [str(train_script.PROJECT_ROOT)])
+    gin_cli.parse_gin([path], [], [str(gin_cli.PROJECT_ROOT)])
     return gin.get_configurable(T5Config)()
   finally:
     gin.clear_config()

@@ -16,7 +16,7 @@ from runner import checkpoints
 from runner import evaluate
 from runner import outputs
 from runner import train
-from scripts import train as train_script
+from scripts import gin_cli
 from tests.helpers import batching
 from t5_tasks import metrics as t5_metrics
 from tests.conftest import PROJECT_ROOT
@@ -320,7 +320,7 @@ def test_eval_gin_runs_evaluate_with_the_model_file(gin_config, tmp_path):
   tiny = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
                   num_encoder_layers=2, num_decoder_layers=2)
   checkpoints.save_params(str(tmp_path / "ckpt" / "params"), init_params(tiny, jax.random.PRNGKey(2)))
-  train_script.parse_gin(
+  gin_cli.parse_gin(
       ["gin/models/t5_1_1/tiny.gin", "gin/runs/eval.gin", "gin/mixtures/quickstart.gin"],
       [f"CHECKPOINT_PATH = '{tmp_path / 'ckpt'}'", f"EVAL_OUTPUT_DIR = '{tmp_path / 'out'}'",
        "MIXTURE_OR_TASK_NAME = 'heap_ah'", f"TASK_FEATURE_LENGTHS = {LENGTHS}",

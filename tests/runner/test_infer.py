@@ -14,7 +14,7 @@ from models.network import init_params
 from runner import checkpoints
 from runner import infer
 from scripts import generate as generate_script
-from scripts import train as train_script
+from scripts import gin_cli
 from t5_tasks import tasks
 from t5_tasks.sources import reddit_advice
 from tests.conftest import PROJECT_ROOT
@@ -175,7 +175,7 @@ def test_infer_gin_generates_for_a_situations_file(model, tmp_path):
   source.write_text("".join(json.dumps(s) + "\n" for s in _situations()[:3]))
   gin.clear_config()
   try:
-    train_script.parse_gin(
+    gin_cli.parse_gin(
         ["gin/runs/infer.gin"],
         ["MODEL_CONFIG = None", f"CHECKPOINT_PATH = '{model[0]}'",
          f"INFER_OUTPUT_FILE = '{tmp_path / 'advice.jsonl'}'", f"INPUT_FILE = '{source}'",

@@ -13,7 +13,7 @@ from runner import evaluate
 from runner import outputs
 from runner import provenance
 from runner import train
-from scripts import train as train_script
+from scripts import gin_cli
 from tests.conftest import PROJECT_ROOT
 
 TINY = T5Config(vocab_size=384, emb_dim=32, num_heads=2, head_dim=8, mlp_dim=64,
@@ -124,13 +124,13 @@ def test_preflight_stops_before_model_dir_exists(tmp_path, overrides, message):
 def test_a_misspelled_command_line_macro_is_named(gin_config, capsys):
   bindings = ["MODEL_DIR = '/tmp/unused'", "TRAIN_STEP = 5", "TRAIN_STEPS = 5"]
   files = ["gin/models/t5_1_1/tiny.gin", "gin/runs/finetune.gin", "gin/mixtures/quickstart.gin"]
-  train_script.parse_gin(files, bindings, [str(PROJECT_ROOT)])
-  assert train_script.unread_macros(bindings) == ["TRAIN_STEP"]
-  train_script.check_macros(bindings, strict=False)
+  gin_cli.parse_gin(files, bindings, [str(PROJECT_ROOT)])
+  assert gin_cli.unread_macros(bindings) == ["TRAIN_STEP"]
+  gin_cli.check_macros(bindings, strict=False)
   warning = "WARNING: --gin.TRAIN_STEP: no configuration reads this macro (misspelled?)"
   assert warning in capsys.readouterr().err
   with pytest.raises(ValueError, match=r"--gin.TRAIN_STEP: .*--strict_gin refuses it"):
-    train_script.check_macros(bindings, strict=True)
+    gin_cli.check_macros(bindings, strict=True)
 
 
 def test_a_short_run_reports_progress_at_least_every_tenth_of_its_steps(tmp_path, capsys):
@@ -154,5 +154,5 @@ def test_scripts_end_a_ctrl_c_or_a_user_error_in_one_line(capsys, failure, code,
     del argv
     raise failure
   with pytest.raises(SystemExit) as stopped:
-    train_script.one_line_errors(main)([])
+    gin_cli.one_line_errors(main)([])
   assert stopped.value.code == code and capsys.readouterr().err == line + "\n"

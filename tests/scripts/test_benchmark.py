@@ -16,8 +16,10 @@ import pytest
 
 from models import network, scoring
 from models.config import T5Config
-from scripts import bench_flops, bench_report, benchmark
-from scripts.bench_timing import Timing
+from models import flops as bench_flops
+from scripts import benchmark
+from scripts.bench import report as bench_report
+from scripts.bench.timing import Timing
 from tests.conftest import PROJECT_ROOT
 
 TINY = T5Config(vocab_size=96, emb_dim=32, num_heads=4, head_dim=8, mlp_dim=48,
@@ -243,7 +245,8 @@ def test_evaluation_suite_on_a_few_real_items(shared_data, monkeypatch):
   one repetition without warm-up: each evaluation builds its seqio pipeline, seconds here):
   bucketed and in-order evaluations and the kernel raced, the item-count case, and the printed
   ratios, items/s and padding shares are the records' (computed again from their times)."""
-  from scripts import bench_evaluation, bench_timing  # pylint: disable=import-outside-toplevel
+  from scripts.bench import evaluation as bench_evaluation  # pylint: disable=import-outside-toplevel
+  from scripts.bench import timing as bench_timing  # pylint: disable=import-outside-toplevel
   del shared_data  # the suite finds ../shared/data itself; the fixture skips without it
   monkeypatch.setattr(bench_evaluation, "QUICK", dict(items=6, batch_size=4, item_counts=(4, 8),
                                                       lengths={"inputs": 64, "targets": 16}))

@@ -17,6 +17,7 @@ import pytest
 
 from runner import outputs
 from scripts import compare
+from t5_tasks import metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT / "t5_tasks" / "data"
@@ -57,12 +58,12 @@ def test_mcnemar_and_paired_bootstrap_match_direct_computations():
   # 20 items: both right on 8, both wrong on 3, only A right on 7, only B right on 2.
   a = [1] * 8 + [0] * 3 + [1] * 7 + [0] * 2
   b = [1] * 8 + [0] * 3 + [0] * 7 + [1] * 2
-  test = compare.mcnemar_exact(a, b)
+  test = metrics.mcnemar_exact(a, b)
   assert (test["a_better"], test["b_better"]) == (7, 2)
   assert test["p"] == pytest.approx(_mcnemar_by_hand(7, 2), rel=1e-12)
-  assert compare.mcnemar_exact(b, a)["p"] == pytest.approx(test["p"], rel=1e-12)
+  assert metrics.mcnemar_exact(b, a)["p"] == pytest.approx(test["p"], rel=1e-12)
 
-  result = compare.paired_bootstrap(a, b, num_bootstrap=500, seed=3)
+  result = metrics.paired_bootstrap(a, b, num_bootstrap=500, seed=3)
   observed, (low, high), p = _bootstrap_by_hand(a, b, 500, 3)
   assert result["difference"] == pytest.approx(np.mean(a) - np.mean(b)) == pytest.approx(observed)
   assert (result["low"], result["high"]) == pytest.approx((low, high))
@@ -72,24 +73,24 @@ def test_mcnemar_and_paired_bootstrap_match_direct_computations():
 
 def test_identical_systems_differ_by_nothing_and_a_dominant_one_is_significant():
   a = [1, 0, 0.5, 1, 0] * 4
-  same = compare.paired_bootstrap(a, a, num_bootstrap=200, seed=0)
+  same = metrics.paired_bootstrap(a, a, num_bootstrap=200, seed=0)
   assert (same["difference"], same["low"], same["high"], same["p"]) == (0, 0, 0, 1)
-  assert compare.second_test(a, a, 500, 0) == {"test": "paired permutation", "a_better": 0, "b_better": 0, "p": 1.0}
+  assert metrics.second_test(a, a, 500, 0) == {"test": "paired permutation", "a_better": 0, "b_better": 0, "p": 1.0}
   zero_one = [1, 0, 0, 1] * 5
-  assert compare.second_test(zero_one, zero_one, 500, 0) == {"test": "McNemar exact", "a_better": 0,
+  assert metrics.second_test(zero_one, zero_one, 500, 0) == {"test": "McNemar exact", "a_better": 0,
                                                               "b_better": 0, "p": 1.0}
 
-  swapped = compare.paired_bootstrap([1 / 3, 2 / 3, 0, 1], [2 / 3, 1 / 3, 1, 0], num_bootstrap=200, seed=0)
+  swapped = metrics.paired_bootstrap([1 / 3, 2 / 3, 0, 1], [2 / 3, 1 / 3, 1, 0], num_bootstrap=200, seed=0)
   assert (swapped["difference"], swapped["p"]) == (0, 1)  # equal means, different items
 
   right, wrong = [1] * 20, [0] * 20
-  dominant = compare.paired_bootstrap(right, wrong, num_bootstrap=200, seed=0)
+  dominant = metrics.paired_bootstrap(right, wrong, num_bootstrap=200, seed=0)
   assert (dominant["difference"], dominant["p"]) == (1, 0)
-  assert compare.second_test(right, wrong, 500, 0)["p"] == pytest.approx(2 / 2 ** 20)
+  assert metrics.second_test(right, wrong, 500, 0)["p"] == pytest.approx(2 / 2 ** 20)
   # A clearly worse system with a tie's partial credit: the smallest p 999 sign flips can give.
-  assert compare.second_test([1] * 20 + [0.5] * 20, [0.25] * 40, 999, 0)["p"] == pytest.approx(1 / 1000)
+  assert metrics.second_test([1] * 20 + [0.5] * 20, [0.25] * 40, 999, 0)["p"] == pytest.approx(1 / 1000)
   with pytest.raises(ValueError, match="McNemar's test needs 0/1 credit"):
-    compare.mcnemar_exact([0.5, 1, 0], [0, 0.5, 0])
+    metrics.mcnemar_exact([0.5, 1, 0], [0, 0.5, 0])
 
 
 def _permutation_by_hand(a, b):
@@ -105,21 +106,20 @@ def test_tie_heavy_system_gets_the_permutation_test_and_counts_in_the_difference
   # (credit 1/4 each). A is better by 0.05, though B gets more credit than A on 70 items: counting
   # items (the old "B better") had the opposite sign of the difference.
   a, b = [1.0] * 30 + [0.0] * 70, [0.25] * 100
-  test = compare.second_test(a, b, num_permutations=4000, seed=0)
+  test = metrics.second_test(a, b, num_permutations=4000, seed=0)
   assert test["test"] == "paired permutation"
   assert (test["a_better"], test["b_better"]) == (22.5, 17.5)
   assert test["a_better"] - test["b_better"] == pytest.approx(len(a) * (np.mean(a) - np.mean(b)))
-  assert np.sign(test["a_better"] - test["b_better"]) == np.sign(compare.paired_bootstrap(a, b, 200, 0)["difference"])
-  assert compare.second_test(b, a, 4000, 0)["b_better"] == 22.5
+  assert np.sign(test["a_better"] - test["b_better"]) == np.sign(metrics.paired_bootstrap(a, b, 200, 0)["difference"])
+  assert metrics.second_test(b, a, 4000, 0)["b_better"] == 22.5
   # Against the exact permutation distribution on a case small enough to enumerate (2^12 patterns).
   small_a, small_b = [1, 1, 1, 0.5, 1, 0, 1, 1, 0.5, 1, 0, 1], [0.5, 0, 1, 0.5, 0, 0, 0.5, 1, 0, 0, 1, 0.5]
   exact = _permutation_by_hand(small_a, small_b)
-  estimate = compare.paired_permutation(small_a, small_b, num_permutations=20000, seed=1)["p"]
+  estimate = metrics.paired_permutation(small_a, small_b, num_permutations=20000, seed=1)["p"]
   assert 0.01 < exact < 0.5 and estimate == pytest.approx(exact, abs=0.01)
 
 
 def test_pairwise_credit_is_pairwise_accuracy_per_item():
-  from t5_tasks import metrics  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   scores = rng.integers(0, 3, size=(40, 2)).astype(float)  # many ties
   gold = [[1, 0] if g else [0, 1] for g in rng.integers(0, 2, size=40)]

@@ -11,6 +11,7 @@ import pytest
 
 from models.config import T5Config
 from runner import run_dir
+from scripts import gin_cli
 from scripts import train as train_script
 from t5_tasks import preprocessors
 from tests.conftest import PROJECT_ROOT
@@ -29,7 +30,7 @@ EPOCHS = 10  # the recipe's choice (the paper's steps are in an appendix the tex
 
 def _model_file_config(path: str, bindings=()) -> T5Config:
   gin.clear_config()
-  train_script.parse_gin([path], list(bindings), [str(train_script.PROJECT_ROOT)])
+  gin_cli.parse_gin([path], list(bindings), [str(gin_cli.PROJECT_ROOT)])
   return gin.get_configurable(T5Config)()
 
 

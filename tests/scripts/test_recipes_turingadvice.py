@@ -22,6 +22,7 @@ from runner import infer as infer_lib
 from runner import train as train_lib
 from runner import trainer
 from scripts import generate as generate_script
+from scripts import gin_cli
 from scripts import train as train_script
 
 RECIPES = "gin/recipes/turingadvice"
@@ -63,7 +64,7 @@ class _Reached(Exception):
 def cli_flags():
   """The scripts' flags on absl's FLAGS, as their `__main__` defines them (once per process)."""
   if "gin_file" not in flags.FLAGS:
-    train_script.define_flags()
+    gin_cli.define_flags()
   yield
   flags.FLAGS.unparse_flags()
   gin.clear_config()
@@ -74,12 +75,12 @@ def _remaining_argv(files, bindings) -> list[str]:
   argv = ["script", *(f"--gin_file={f}" for f in files), *bindings]
   flags.FLAGS.unparse_flags()
   gin.clear_config()
-  return flags.FLAGS(train_script.rewrite_gin_args(argv))
+  return flags.FLAGS(gin_cli.rewrite_gin_args(argv))
 
 
 def parse(files, bindings=()) -> None:
   """The gin command line as a script parses it (scripts.train.start), with its checks."""
-  train_script.start(_remaining_argv(files, bindings))
+  gin_cli.start(_remaining_argv(files, bindings))
 
 
 def macro(name: str):
@@ -151,7 +152,7 @@ def test_a_training_recipe_binds_the_papers_numbers(monkeypatch, tmp_path, recip
   # The model is the size's own T5 1.0 file (parsed alone), near the paper's parameter count:
   # ReLU, the tied and rescaled output layer, and dropout as T5 was pretrained (App. B.3, line 279).
   gin.clear_config()
-  train_script.parse_gin([f"gin/models/t5_1_0/{paper['t5_1_0_size']}.gin"], [], [str(train_script.PROJECT_ROOT)])
+  gin_cli.parse_gin([f"gin/models/t5_1_0/{paper['t5_1_0_size']}.gin"], [], [str(gin_cli.PROJECT_ROOT)])
   assert seen["config"] == seen["model_config"] == gin.get_configurable(T5Config)()
   assert seen["config"].mlp_activations == ("relu",) and seen["config"].logits_via_embedding
   assert seen["config"].dropout_rate == 0.1
@@ -172,7 +173,7 @@ def test_a_training_recipe_takes_t5_1_1_as_its_header_says(monkeypatch, tmp_path
   assert seen["initial_checkpoint_path"] == checkpoint
   assert (seen["batch_size"], seen["run_config"]["LEARNING_RATE"]) == (paper["batch_size"], paper["learning_rate"])
   gin.clear_config()
-  train_script.parse_gin([f"gin/models/t5_1_1/{size}.gin"], ["DROPOUT_RATE = 0.1"], [str(train_script.PROJECT_ROOT)])
+  gin_cli.parse_gin([f"gin/models/t5_1_1/{size}.gin"], ["DROPOUT_RATE = 0.1"], [str(gin_cli.PROJECT_ROOT)])
   assert seen["config"] == gin.get_configurable(T5Config)()
   assert seen["config"].mlp_activations == ("gelu", "linear") and not seen["config"].logits_via_embedding
   assert parameter_count(seen["config"]) == pytest.approx(paper["parameters"], rel=PARAMETER_TOLERANCE)

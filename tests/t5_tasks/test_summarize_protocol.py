@@ -20,7 +20,7 @@ from models.config import T5Config
 from runner import checkpoints
 from runner import reward_normalization
 from scripts import normalize_reward
-from scripts import train as train_script
+from scripts import gin_cli
 from t5_tasks import families
 from t5_tasks import preprocessors
 from t5_tasks import tasks
@@ -291,14 +291,14 @@ def _command_line(argv) -> tuple[int, str, str]:
   """(exit code, stdout, stderr) of `python -m scripts.normalize_reward ARGV`, run in this process as
   its `__main__` runs it (as tests/scripts/test_gin_fuzz.py runs the scripts: no second interpreter)."""
   if "gin_file" not in flags.FLAGS:
-    train_script.define_flags()
+    gin_cli.define_flags()
   flags.FLAGS.unparse_flags()
-  remaining = flags.FLAGS(train_script.rewrite_gin_args(["normalize_reward", *argv]))
+  remaining = flags.FLAGS(gin_cli.rewrite_gin_args(["normalize_reward", *argv]))
   gin.clear_config()
   out, err = io.StringIO(), io.StringIO()
   try:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-      train_script.one_line_errors(normalize_reward.main)(remaining)
+      gin_cli.one_line_errors(normalize_reward.main)(remaining)
     code = 0
   except SystemExit as exit_:
     code = exit_.code
@@ -372,9 +372,9 @@ def test_each_recipe_parses_on_the_gin_command_line_and_binds_what_it_says(recip
            f"gin/recipes/summarize_from_feedback/{recipe}"]
   gin.clear_config()
   try:
-    train_script.parse_gin(files, [], [str(PROJECT_ROOT)])
-    train_script.check_macro_references([])
-    train_script.check_macro_kinds()
+    gin_cli.parse_gin(files, [], [str(PROJECT_ROOT)])
+    gin_cli.check_macro_references([])
+    gin_cli.check_macro_kinds()
     for name, value in macros.items():
       assert gin.query_parameter(f"%{name}") == value, name
     # Every recipe reads the references alike: normalize_reward.gin's offset is reward_model.gin's.

@@ -22,7 +22,8 @@ import optax
 from models import decoding, network
 from models.network import Transformer
 from runner import partitioning, trainer
-from scripts import bench_report, bench_timing
+from scripts.bench import report as bench_report
+from scripts.bench import timing as bench_timing
 
 Z_LOSS = 1e-4  # t5x's default, for the z-loss share
 

@@ -1,10 +1,30 @@
-"""Analytic matmul FLOPs of T5.1.1 work (2 per multiply-add), the numerator of model-FLOPs utilisation.
+"""Analytic matmul FLOPs of T5.1.1 work (2 per multiply-add), the numerator of model-FLOPs utilisation,
+and the bf16 peak FLOP/s of the accelerators whose peak is published, its denominator.
 
 Only matrix products count (projections, attention scores and mixing, MLP, output layer), as in
 the usual MFU convention; norms, softmax and embedding lookups are left out. Shapes are the padded
-shapes the programs run on.
+shapes the programs run on. scripts/benchmark.py divides by a measured matmul rate instead; the
+trainer's progress line, which measures nothing, by the published peak (MaxText's way).
 """
+from typing import Sequence
+
 from models.config import T5Config
+
+# Dense bf16 peak FLOP/s per chip from the vendors' data sheets, by a fragment of JAX's
+# `device_kind`; the first fragment found wins, so a variant precedes its family's name.
+PEAK_BF16_FLOPS = (
+    ("TPU v4", 275e12),
+    ("TPU v5 lite", 197e12),  # v5e
+    ("TPU v5e", 197e12),
+    ("TPU v5p", 459e12),
+    ("TPU v5", 459e12),  # v5p reports itself as "TPU v5"
+    ("TPU v6 lite", 918e12),  # v6e (Trillium)
+    ("TPU v6e", 918e12),
+    ("A100", 312e12),
+    ("H100 PCIe", 756e12),
+    ("H100", 989e12),  # SXM
+    ("H200", 989e12),
+)
 
 
 def _inner(config: T5Config) -> int:
@@ -69,3 +89,9 @@ def generation_flops(config: T5Config, batch: int, length: int, new_tokens: int)
   """Encoding once, then one cached decoder step per new token reading the positions so far."""
   steps = sum(decoder_flops(config, batch, 1, length, self_keys=t + 1) for t in range(new_tokens))
   return encoder_flops(config, batch, length) + cross_kv_flops(config, batch, length) + steps
+
+
+def peak_flops_per_second(device_kinds: Sequence[str]) -> float | None:
+  """The summed bf16 peak of devices of these `device_kind`s; None if one has no known peak (a CPU)."""
+  peaks = [next((peak for fragment, peak in PEAK_BF16_FLOPS if fragment in kind), None) for kind in device_kinds]
+  return None if not peaks or None in peaks else sum(peaks)

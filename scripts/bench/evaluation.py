@@ -39,9 +39,10 @@ import numpy as np
 from absl import flags
 
 from runner import data, evaluate, outputs, partitioning
-from scripts import bench_flops, console
+from models import flops as model_flops
+from scripts import console
 
-SHARED_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.pardir, "shared", "data")
+SHARED_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, os.pardir, "shared", "data")
 SPLIT = "test"
 BATCH_SIZE = 32  # gin/runs/eval.gin's BATCH_SIZE
 # case: (registered task, t5_tasks.tasks.data_files key, file under ../shared/data, feature lengths).
@@ -63,7 +64,7 @@ SCORE_TOLERANCE = {"float32": 1e-4, "bfloat16": 0.1}
 DEFAULT_ITEMS = {"tiny": None, "small": 16, "base": 16, "large": 16}
 
 _ITEMS = flags.DEFINE_integer("evaluation_items", None, "evaluation suite: the first N items of each real file "
-                              "(0: all; default DEFAULT_ITEMS of the model, in scripts/bench_evaluation.py).",
+                              "(0: all; default DEFAULT_ITEMS of the model, in scripts/bench/evaluation.py).",
                               lower_bound=0)
 
 
@@ -99,7 +100,7 @@ def _kernel(score_fn, params, mesh, batch_size, context, candidates, steps, seed
 
 
 def _flops(config, stats) -> int:
-  return sum(count * bench_flops.shared_scoring_flops(config, rows, length, 1, packed)  # one packed row per item
+  return sum(count * model_flops.shared_scoring_flops(config, rows, length, 1, packed)  # one packed row per item
              for (rows, length, packed), count in stats.shapes.items())
 
 
@@ -140,7 +141,7 @@ def _real_lengths(task, lengths) -> dict:
   examples, _ = data.candidate_examples(task, SPLIT, lengths)
   out = dict(items=0, candidates=0, input_tokens=0, candidate_tokens=0)
   for example in examples:
-    options = [min(len(option), lengths["targets"]) for option in data._rows(example["candidates"])]  # pylint: disable=protected-access
+    options = [min(len(option), lengths["targets"]) for option in data.candidate_rows(example["candidates"])]
     out["items"] += 1
     out["candidates"] += len(options)
     out["input_tokens"] += min(len(example["inputs"]), lengths["inputs"])
@@ -162,7 +163,7 @@ def _real_file_case(bench, case, task, lengths, batch_size, score_fn, mesh, file
   work = {"bucketed": dict(items=real_tokens, engine="jax", flops=0),  # FLOPs: the shapes of its first run
           "in_order": dict(items=real_tokens, engine="jax", flops=0),
           "kernel": dict(items=kernel_tokens, engine="jax",
-                         flops=bench_flops.shared_scoring_flops(c, batch_size, context, candidates, steps))}
+                         flops=model_flops.shared_scoring_flops(c, batch_size, context, candidates, steps))}
   shape = dict(items=items, file_items=file_items, batch=batch_size, lengths=lengths, mean_context=round(mean_context, 1),
                candidates=candidates, mean_candidate=round(mean_steps, 1))
   stats = {}

@@ -8,7 +8,7 @@ import os
 import statistics
 import tempfile
 
-from scripts.bench_timing import Timing
+from scripts.bench.timing import Timing
 
 SPREAD_WARNING = 0.2  # (max - min) / median of the per-repetition values above which a number is not to be read
 
