@@ -83,7 +83,7 @@ def check(config: T5Config, *, mesh_shape, batch_size: int, feature_lengths: dic
   if plan.fits(device_bytes):
     return plan
   mib = memory_plan.mib
-  # Lines, not one long line: scripts.train.one_paragraph cuts a line past 500 characters.
+  # Lines, not one long line: the command line's one-paragraph errors cut a line past 500 characters.
   message = (f"the memory plan does not fit: one training step needs {mib(plan.total)} per device on "
              f"{plan.settings()}, but a device holds {mib(device_bytes)} ({source}):\n{_sum(plan)}\n")
   alternative = memory_plan.fitting_alternative(

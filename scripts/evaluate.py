@@ -11,9 +11,10 @@ Ctrl-C (SIGINT) or SIGTERM stops after the batch being scored: the items scored 
 kept, no metrics or report are written, one line says how far it got, and the exit code is 130
 or 143 (as scripts/train.py's). Rerunning the same command resumes; an EVAL_OUTPUT_DIR holding
 another checkpoint's or other data's predictions is refused. Importing t5_tasks registers every
-task and mixture. Evaluating HEAP criteria also writes their averages (`heap_metric_groups`).
+task and mixture. Evaluating HEAP criteria also writes their averages
+(`t5_tasks.metrics.heap_metric_groups`).
 """
-from typing import Callable, Mapping, Sequence
+from typing import Sequence
 
 import gin
 import jax
@@ -31,49 +32,17 @@ def format_metrics(metrics) -> str:
                    for task, by_name in metrics.items() for name, e in by_name.items())
 
 
-HEAP_GROUP = "heap"  # metrics.json's average over every evaluated HEAP criterion
-
-
-def cluster_group(cluster: str) -> str:
-  """metrics.json's name of a HEAP cluster's average."""
-  return f"heap_cluster_{cluster}"
-
-
-def heap_metric_groups(task_names: Sequence[str], clusters: Mapping[str, Sequence[str]] | None = None,
-                       criteria: Sequence[str] | None = None,
-                       task_name: Callable[[str], str] | None = None) -> dict[str, list[str]]:
-  """{group: [task names]} of the evaluated HEAP criteria, for `runner.evaluate`'s averages.
-
-  "heap" holds every evaluated criterion (Table 2's Average), "heap_cluster_<cluster>" the
-  evaluated ones of each cluster (Table 3's cluster Averages; §6's same-dataset ones); a group
-  with none evaluated is left out. A criterion's task is `heap_<abbreviation>` or its `_tfds`
-  twin. `clusters`, `criteria` and `task_name` default to t5_tasks.sources.heap's.
-  """
-  if clusters is None or criteria is None or task_name is None:
-    from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top  # after absl starts
-    clusters = heap.CLUSTERS if clusters is None else clusters
-    criteria = tuple(heap.HEAP_CRITERIA) if criteria is None else criteria
-    task_name = heap.task_name if task_name is None else task_name
-  evaluated = set(task_names)
-
-  def tasks_of(abbreviations):
-    return [name for a in abbreviations for name in (task_name(a), f"{task_name(a)}_tfds")
-            if name in evaluated]
-  groups = {HEAP_GROUP: tasks_of(criteria)}
-  groups.update({cluster_group(cluster): tasks_of(members) for cluster, members in clusters.items()})
-  return {group: names for group, names in groups.items() if names}
-
-
 def main(argv: Sequence[str]) -> None:
   train_script.start(argv)
   import seqio  # pylint: disable=g-import-not-at-top  # registered by t5_tasks in `start`
-  from t5_tasks import references  # pylint: disable=g-import-not-at-top  # after absl starts
+  from t5_tasks import metrics as task_metrics  # pylint: disable=g-import-not-at-top  # after absl starts
+  from t5_tasks import references  # pylint: disable=g-import-not-at-top
   # Every HEAP group and every task's reference figures: the evaluation uses those of the tasks
   # it scored (a mixture gin binds may be a reference to register_mixture, whose tasks are known
   # only once it is called).
   task_names = seqio.TaskRegistry.names()
   metrics = gin.get_configurable(evaluate_lib.evaluate)(
-      run_config=gin.config_str(), metric_groups=heap_metric_groups(task_names),
+      run_config=gin.config_str(), metric_groups=task_metrics.heap_metric_groups(task_names),
       references=references.for_tasks(task_names))
   if jax.process_index() == 0:  # the one process that wrote them
     print(format_metrics(metrics))

@@ -7,7 +7,7 @@ candidate alike sits at chance instead of at 0 or 1.
 import dataclasses
 import math
 import warnings
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -309,3 +309,37 @@ def perplexity_metric_fn(targets, scores) -> dict[str, float]:
   out = _flatten("loss", Estimate(loss, low, high))
   out.update(_flatten("perplexity", Estimate(math.exp(loss), math.exp(low), math.exp(high))))
   return out
+
+
+HEAP_GROUP = "heap"  # metrics.json's average over every evaluated HEAP criterion
+
+
+def cluster_group(cluster: str) -> str:
+  """metrics.json's name of a HEAP cluster's average."""
+  return f"heap_cluster_{cluster}"
+
+
+def heap_metric_groups(task_names: Sequence[str], clusters: Mapping[str, Sequence[str]] | None = None,
+                       criteria: Sequence[str] | None = None,
+                       task_name: Callable[[str], str] | None = None) -> dict[str, list[str]]:
+  """{group: [task names]} of the evaluated HEAP criteria, for evaluation's averages (offline, and
+  during training: gin/runs/finetune.gin binds it as EVAL_METRIC_GROUPS).
+
+  "heap" holds every evaluated criterion (Table 2's Average), "heap_cluster_<cluster>" the
+  evaluated ones of each cluster (Table 3's cluster Averages; §6's same-dataset ones); a group
+  with none evaluated is left out. A criterion's task is `heap_<abbreviation>` or its `_tfds`
+  twin. `clusters`, `criteria` and `task_name` default to HEAP's own (t5_tasks.sources.heap).
+  """
+  if clusters is None or criteria is None or task_name is None:
+    from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top  # HEAP's family imports this module
+    clusters = heap.CLUSTERS if clusters is None else clusters
+    criteria = tuple(heap.HEAP_CRITERIA) if criteria is None else criteria
+    task_name = heap.task_name if task_name is None else task_name
+  evaluated = set(task_names)
+
+  def tasks_of(abbreviations):
+    return [name for a in abbreviations for name in (task_name(a), f"{task_name(a)}_tfds")
+            if name in evaluated]
+  groups = {HEAP_GROUP: tasks_of(criteria)}
+  groups.update({cluster_group(cluster): tasks_of(members) for cluster, members in clusters.items()})
+  return {group: names for group, names in groups.items() if names}

@@ -4,7 +4,7 @@ import pytest
 
 from runner import eval_metrics
 from runner import report
-from scripts import evaluate as evaluate_script
+from t5_tasks import metrics as task_metrics
 
 
 def _entry(value, low, high):
@@ -42,7 +42,7 @@ def test_a_group_named_like_a_task_is_refused():
 
 def test_heap_groups_name_the_evaluated_criteria_of_each_cluster():
   clusters = {"context": ("AH", "QA"), "hate_speech": ("CNG", "HSO"), "story_rewriting": ("SRC",)}
-  groups = evaluate_script.heap_metric_groups(
+  groups = task_metrics.heap_metric_groups(
       ["heap_ah", "heap_qa_tfds", "heap_hso", "heap_srs", "asq_intent_cloze"], clusters,
       criteria=("AH", "QA", "CNG", "HSO", "SRC", "SRS"), task_name=lambda a: f"heap_{a.lower()}")
   assert groups == {"heap": ["heap_ah", "heap_qa_tfds", "heap_hso", "heap_srs"],
