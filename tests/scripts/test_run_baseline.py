@@ -21,6 +21,7 @@ import seqio
 from runner import evaluate
 from runner import outputs
 from scripts import run_baseline
+import t5_tasks  # pylint: disable=unused-import  # registers the tasks (run_baseline imports it only when it runs)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT / "t5_tasks" / "data"
