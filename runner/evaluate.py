@@ -52,7 +52,8 @@ import storage
 NORMALIZATIONS = scoring.NORMALIZATIONS
 make_score_fn = scorers.make_score_fn
 task_metrics = eval_metrics.task_metrics
-distinct_ids, item_record, score_task = scoring_loop.distinct_ids, scoring_loop.item_record, scoring_loop.score_task
+distinct_ids, item_record = scoring_loop.distinct_ids, scoring_loop.item_record
+score_task = scoring_loop.score_task
 
 SETTINGS_FILE = run_dir.SETTINGS  # what an output directory holds, checked on resuming
 
@@ -145,13 +146,14 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   `output_dir/config.gin`. scripts/evaluate.py calls it through gin (gin/runs/eval.gin).
 
   `metric_groups` ({group: [task names]}) adds, beside the tasks, each group's average over its
-  evaluated tasks (`eval_metrics.group_metrics`; scripts/evaluate.py names HEAP's clusters). Groups are
-  computed from the finished predictions like the tasks' metrics, so they are not provenance:
-  a resumed evaluation may name other groups. `references` (`{task: [(metric, label, value,
-  source), ...]}`, plain data: scripts/evaluate.py builds it from t5_tasks.references) puts the
-  papers' figures on the report. The report also lists each task's items most wrong
-  (`eval_metrics.worst_items`). `bucket_by_length` (BUCKET_BY_LENGTH) batches items of alike lengths together
-  (`scoring_loop.score_task`); predictions.jsonl holds the items in the tasks' order either way.
+  evaluated tasks (`eval_metrics.group_metrics`; HEAP's clusters: `t5_tasks.metrics.
+  heap_metric_groups`). Groups are computed from the finished predictions like the tasks'
+  metrics, so they are not provenance: a resumed evaluation may name other groups.
+  `references` (`{task: [(metric, label, value, source), ...]}`, plain data built from
+  t5_tasks.references) puts the papers' figures on the report. The report also lists each task's
+  items most wrong (`eval_metrics.worst_items`). `bucket_by_length` (BUCKET_BY_LENGTH) batches
+  items of alike lengths together (`scoring_loop.score_task`); predictions.jsonl holds the items
+  in the tasks' order either way.
   """
   scorers.check_scoring(scorer, normalization)
   storage.check_reachable(output_dir, "EVAL_OUTPUT_DIR")

@@ -1,9 +1,9 @@
 """Evaluation during training (t5x's eval period and keep-best), for runner/train.py.
 
 Every EVAL_EVERY steps the run scores the eval split with its current parameters as offline
-evaluation does (`runner.scoring_loop.evaluate_tasks`, the same scorer and NORMALIZATION), writes `eval/<task>/<metric>` scalars beside the loss, adds a
-line to MODEL_DIR/eval_metrics.jsonl, prints one line, and keeps the best checkpoint by
-BEST_METRIC in MODEL_DIR/best.
+evaluation does (`runner.scoring_loop.evaluate_tasks`, the same scorer and NORMALIZATION), writes
+`eval/<task>/<metric>` scalars beside the loss, adds a line to MODEL_DIR/eval_metrics.jsonl,
+prints one line, and keeps the best checkpoint by BEST_METRIC in MODEL_DIR/best.
 """
 import json
 
