@@ -30,7 +30,7 @@ import storage
 # TensorFlow registers a GPU probe to run when absl starts, and imported at the top of this file
 # that probe would run in app.run with stderr open, printing `failed call to cuInit` on a CPU
 # machine. Imported later, the probe runs during the import, which t5_tasks does with stderr
-# silenced (as scripts/train.py's start does).
+# silenced (as scripts/gin_cli.py's start does).
 
 def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
   """Defines the command line's flags (on `fv`; tests pass their own FlagValues)."""

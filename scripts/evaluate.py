@@ -18,12 +18,10 @@ from typing import Sequence
 
 import gin
 import jax
-from absl import app
-from absl import flags
 
 from runner import evaluate as evaluate_lib
 from runner import report
-from scripts import train as train_script  # the shared gin command line
+from scripts import gin_cli  # the shared gin command line
 
 
 def format_metrics(metrics) -> str:
@@ -33,7 +31,7 @@ def format_metrics(metrics) -> str:
 
 
 def main(argv: Sequence[str]) -> None:
-  train_script.start(argv)
+  gin_cli.start(argv)
   import seqio  # pylint: disable=g-import-not-at-top  # registered by t5_tasks in `start`
   from t5_tasks import metrics as task_metrics  # pylint: disable=g-import-not-at-top  # after absl starts
   from t5_tasks import references  # pylint: disable=g-import-not-at-top
@@ -53,6 +51,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  train_script.define_flags()
-  app.run(train_script.one_line_errors(main),
-          flags_parser=lambda argv: flags.FLAGS(train_script.rewrite_gin_args(argv)))
+  gin_cli.run(main)

@@ -62,7 +62,7 @@ def _user_arguments(args) -> tuple[list[str], list[str]]:
 
 
 def _parse(files: Sequence[str], bindings: Sequence[str], args) -> None:
-  """A run's gin configuration as scripts.train's `start` parses and checks a command line."""
+  """A run's gin configuration as gin_cli's `start` parses and checks a command line."""
   gin.clear_config()
   gin_cli.parse_gin(files, bindings, args.gin_search_paths)
   gin_cli.check_macros(bindings, args.strict_gin)

@@ -20,8 +20,6 @@ import gin
 
 from runner import train as train_lib
 from scripts import gin_cli
-# scripts/evaluate.py still reads these here (it is being edited concurrently; issue 37 item 4).
-from scripts.gin_cli import define_flags, one_line_errors, rewrite_gin_args, start  # pylint: disable=unused-import
 
 
 def main(argv: Sequence[str]) -> None:

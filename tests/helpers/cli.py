@@ -2,7 +2,7 @@
 
 `python -m scripts.X ARGV` costs a second interpreter (~10 s of imports on two cores) and compiles
 its programs again; in process, the absl flags are parsed from the rewritten gin arguments
-(scripts/train.py's `rewrite_gin_args`) and `one_line_errors(main)` runs, as `app.run` would run it.
+(scripts/gin_cli.py's `rewrite_gin_args`) and `one_line_errors(main)` runs, as `app.run` would run it.
 The README's commands and a few exit-code checks stay real subprocesses (tests/test_readme.py,
 tests/helpers/processes.py); this is for the tests that check what a command does.
 """
@@ -22,7 +22,7 @@ class CommandResult:
 
 
 def define_script_flags():
-  """The scripts' flags on absl's FLAGS (scripts/train.py's `define_flags`), once per process."""
+  """The scripts' flags on absl's FLAGS (scripts/gin_cli.py's `define_flags`), once per process."""
   from absl import flags  # pylint: disable=g-import-not-at-top
   from scripts import gin_cli  # pylint: disable=g-import-not-at-top
   if "gin_file" not in flags.FLAGS:

@@ -176,7 +176,7 @@ def _train_command(model_dir, *bindings):
 
 
 # Ctrl-C through the script (exit 130); SIGTERM's saving is the `runs` fixture's, and its exit code
-# 143 the same mapping (scripts.train.one_line_errors), run by tests/runner/test_interrupts.py.
+# 143 the same mapping (scripts.gin_cli.one_line_errors), run by tests/runner/test_interrupts.py.
 @pytest.mark.parametrize("signal_number, exit_code", [(signal.SIGINT, 130)])
 def test_scripts_train_saves_on_a_signal_and_exits_with_its_code(compilation_cache, tmp_path,
                                                                  signal_number, exit_code):

@@ -9,7 +9,7 @@ A case the scripts accept stops where the run would initialise its parameters an
 raises `_ReachedTraining` there: a tiny run's compiling alone takes a minute on two cores). By then
 gin's parsing, the command line's checks, the configurables' calls with the bound values,
 preflight, the mesh, the mixture's tasks and MODEL_DIR's files have run; the kinds of the values
-read only later (lengths, seed, z-loss) are checked with the command line (scripts/train.py's
+read only later (lengths, seed, z-loss) are checked with the command line (scripts/gin_cli.py's
 MACRO_KINDS). A few cases run as real `python -m scripts.train` and
 `python -m scripts.evaluate` processes, to show the command line behaves as the wrapper does.
 """
@@ -177,7 +177,7 @@ def _subprocess(module, files, bindings, tmp_path):
 
 
 # (module, main, files, bindings): one fuzz class through each script (scripts.evaluate shares
-# scripts/train.py's command line); each process costs ~10 s of imports, the in-process cases cover the rest.
+# scripts/gin_cli.py's command line); each process costs ~10 s of imports, the in-process cases cover the rest.
 CLI_CASES = (
     ("scripts.train", train_script.main, TRAIN_FILES, ("--gin.OBJECTIVE=%UNDEFINED_MACRO",)),
     ("scripts.evaluate", evaluate_script.main, EVAL_FILES, ("--gin.SCORER='unterminated",)),

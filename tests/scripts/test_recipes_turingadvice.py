@@ -2,7 +2,7 @@
 
 The paper's numbers are held here as constants, each with where it is written (Zellers et al.,
 TuringAdvice, /work/shared/papers/turingadvice.txt; "line N" is that file's line). Each recipe is
-parsed as a user's command line is (scripts/train.py's flags, `rewrite_gin_args` and `start`), in
+parsed as a user's command line is (scripts/gin_cli.py's flags, `rewrite_gin_args` and `start`), in
 this process; the commands then run through the scripts' own `main` and are stopped where the
 work would begin (parameters initialised or restored, tokens sampled), so that what reaches the
 trainer and the sampler (steps, batch, learning rate, checkpoint, lengths, top-p) is what is
