@@ -397,9 +397,9 @@ def check_training(ws: Workspace, command: str, result, steps: int = TINY_STEPS)
 
 
 def group_members(group: str) -> set[str]:
-  """A HEAP cluster's criteria (lower case) as t5_tasks/sources/heap.py declares CLUSTERS, read
+  """A HEAP cluster's criteria (lower case) as t5_tasks/heap/criteria.py declares CLUSTERS, read
   from its source (importing t5_tasks would import TensorFlow into this process)."""
-  tree = ast.parse((PROJECT_ROOT / "t5_tasks" / "sources" / "heap.py").read_text())
+  tree = ast.parse((PROJECT_ROOT / "t5_tasks" / "heap" / "criteria.py").read_text())
   clusters = next(ast.literal_eval(node.value) for node in tree.body
                   if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "CLUSTERS")
   return {c.lower() for c in clusters[group.removeprefix("heap_cluster_")]}
