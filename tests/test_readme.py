@@ -1,4 +1,4 @@
-"""README.md is an executable promise: every command it shows runs here as a user runs it.
+"""README.md and docs/*.md are an executable promise: every command they show runs here as a user runs it.
 
 Each command runs as a subprocess in a temp copy of the project (a git checkout with its own
 `runs/`), as written, with tiny step counts appended (`--gin.TRAIN_STEPS=2` and the quickstart's
@@ -44,6 +44,11 @@ from tests.helpers import browser
 # make test runs each module on one worker (--dist loadfile): the workspace and its runs happen once.
 
 README = PROJECT_ROOT / "README.md"
+DOCS = PROJECT_ROOT / "docs"
+PAGES = [README, *sorted(DOCS.glob("*.md"))]  # the README first, then the docs pages by name
+HEAP_PAGE = DOCS / "heap.md"  # where the HEAP table lives
+# A markdown link [text](target); code is taken out first, where brackets are not links.
+MARKDOWN_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```(\w*)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 # Inline code is a command when it starts so and has arguments: `make demo` is, `make` is not.
 INLINE_COMMAND_STARTS = ("python ", ".venv/bin/python ", ".venv/bin/pip ", "make ", "scripts/", "tfds ")
@@ -99,7 +104,18 @@ def readme_commands(text: str) -> list[str]:
   return list(unique.values())
 
 
-COMMANDS = readme_commands(README.read_text())
+def page_commands(pages) -> dict[str, str]:
+  """{command: the page it is on (relative to the project)} of every page, in order, each command once."""
+  found = {}
+  for page in pages:
+    for command in readme_commands(page.read_text()):
+      if not any(normalise(command) == normalise(seen) for seen in found):
+        found[command] = str(page.relative_to(PROJECT_ROOT))
+  return found
+
+
+COMMAND_PAGES = page_commands(PAGES)
+COMMANDS = list(COMMAND_PAGES)
 
 
 def gin_value(command: str, name: str, default: str | None = None) -> str | None:
@@ -682,8 +698,8 @@ def check_comparison(ws: Workspace, command: str, result) -> None:
 
 
 def readme_heap_counts() -> dict[str, int | None]:
-  """The README's HEAP table: criterion -> "Comparisons here" (None: bring your own file)."""
-  rows = [line.split("|")[1:-1] for line in README.read_text().splitlines() if re.match(r"^\| [A-Z]\w* \| `heap_", line)]
+  """docs/heap.md's HEAP table: criterion -> "Comparisons here" (None: bring your own file)."""
+  rows = [line.split("|")[1:-1] for line in HEAP_PAGE.read_text().splitlines() if re.match(r"^\| [A-Z]\w* \| `heap_", line)]
   return {row[0].strip(): None if "bring your own" in row[4] else int(row[4]) for row in rows}
 
 
@@ -910,11 +926,34 @@ def workspace(tmp_path_factory):
 
 
 def test_every_readme_command_has_a_case():
-  assert COMMANDS, f"no commands found in {README}"
-  uncovered = [command for command in COMMANDS if case_of(command) is None]
-  assert not uncovered, "README commands without a case in tests/test_readme.py:\n" + "\n".join(uncovered)
+  assert COMMANDS, f"no commands found in {README} or {DOCS}"
+  assert len(PAGES) > 1, f"no pages in {DOCS}"
+  uncovered = [f"{COMMAND_PAGES[command]}: {command}" for command in COMMANDS if case_of(command) is None]
+  assert not uncovered, "commands without a case in tests/test_readme.py:\n" + "\n".join(uncovered)
   unused = [case.prefix for case in CASES if not any(case_of(command) is case for command in COMMANDS)]
-  assert not unused, "cases of tests/test_readme.py that match no README command:\n" + "\n".join(unused)
+  assert not unused, "cases of tests/test_readme.py that match no command of README.md or docs/:\n" + "\n".join(unused)
+
+
+def local_links(text: str) -> list[str]:
+  """The targets of the markdown links outside code that point at a file here (no scheme, no bare #anchor)."""
+  prose = re.sub(r"`[^`\n]*`", "", FENCE.sub("", text))
+  return [target for target in MARKDOWN_LINK.findall(prose) if not re.match(r"^(\w+:|#)", target)]
+
+
+def test_local_links_resolve():
+  """Every link of README.md and docs/*.md to a local file names one that exists (relative to its page)."""
+  broken = [f"{page.relative_to(PROJECT_ROOT)}: {target}" for page in PAGES for target in local_links(page.read_text())
+            if not (page.parent / target.split("#", 1)[0]).exists()]
+  assert not broken, "links to files that do not exist:\n" + "\n".join(broken)
+  linked = {(README.parent / target.split("#", 1)[0]).resolve() for target in local_links(README.read_text())}
+  unlinked = sorted(str(page.relative_to(PROJECT_ROOT)) for page in PAGES[1:] if page.resolve() not in linked)
+  assert not unlinked, f"docs pages the README does not link: {unlinked}"
+
+
+def test_local_links_found_and_checked():
+  """The link finder sees a link in prose, and not brackets in code."""
+  text = "See [a](docs/a.md#x), [web](https://example.org), [here](#top).\n`[b](c.md)`\n```python\nx[0](1)\n```\n"
+  assert local_links(text) == ["docs/a.md#x"]
 
 
 def test_every_readme_command_runs_with_the_venv_python():
@@ -922,8 +961,8 @@ def test_every_readme_command_runs_with_the_venv_python():
   outside an activated venv (ModuleNotFoundError: absl)."""
   text = README.read_text()
   assert "`.venv/bin/python`" in text and "ModuleNotFoundError" in text
-  bare = [command for command in COMMANDS if re.search(r"(^|\s)python3? ", command)]
-  assert not bare, "README commands with a bare python:\n" + "\n".join(bare)
+  bare = [f"{COMMAND_PAGES[command]}: {command}" for command in COMMANDS if re.search(r"(^|\s)python3? ", command)]
+  assert not bare, "commands with a bare python:\n" + "\n".join(bare)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.prefix for case in CASES])

@@ -45,8 +45,8 @@ HEARTBEAT_SECONDS = 10  # how soon the coordination service declares a killed pr
 
 
 def readme_pod_command() -> list[str]:
-  """The README's `.venv/bin/python -m scripts.launch_local ... -- -m scripts.train ...`, as words."""
-  text = re.sub(r"\\\n\s*", " ", (PROJECT_ROOT / "README.md").read_text())
+  """docs/distributed.md's `.venv/bin/python -m scripts.launch_local ... -- -m scripts.train ...`, as words."""
+  text = re.sub(r"\\\n\s*", " ", (PROJECT_ROOT / "docs" / "distributed.md").read_text())
   line = next(line for line in text.splitlines() if line.startswith(".venv/bin/python -m scripts.launch_local "))
   return shlex.split(line)
 

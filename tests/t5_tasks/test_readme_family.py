@@ -1,4 +1,4 @@
-"""The README's "Adding a task family", followed literally in a copy of the project.
+"""docs/tasks.md's "Adding a task family" (linked from the README), followed literally in a copy of the project.
 
 Each file the walk-through names (a path in backticks, a colon, then a fenced block) is written into
 a fresh git copy of the project as the README gives it; the copy then has those new files and no
@@ -23,7 +23,7 @@ LEFT_OUT = {"__pycache__", ".pytest_cache", ".hypothesis"}
 
 def walkthrough_files() -> dict[str, str]:
   """{path: text} of every file "Adding a task family" says to write."""
-  readme = (PROJECT_ROOT / "README.md").read_text()
+  readme = (PROJECT_ROOT / "docs" / "tasks.md").read_text()
   section = readme.split("## Adding a task family\n", 1)[1].split("\n## ", 1)[0]
   return dict(NAMED_BLOCK.findall(section))
 

@@ -288,8 +288,8 @@ RIDDLES = {
 
 
 def _readme_family_code() -> list[str]:
-  """The python blocks of the README's "Adding a task family": the reader, then the declaration."""
-  section = (PROJECT_ROOT / "README.md").read_text().split("## Adding a task family\n", 1)[1]
+  """The python blocks of docs/tasks.md's "Adding a task family": the reader, then the declaration."""
+  section = (PROJECT_ROOT / "docs" / "tasks.md").read_text().split("## Adding a task family\n", 1)[1]
   return re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], re.DOTALL)
 
 
