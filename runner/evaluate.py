@@ -48,12 +48,6 @@ from runner import scorers
 from runner import scoring_loop
 import storage
 
-# Names scripts/run_baseline.py, scripts/bench_evaluation.py and their tests use from here.
-NORMALIZATIONS = scoring.NORMALIZATIONS
-make_score_fn = scorers.make_score_fn
-task_metrics = eval_metrics.task_metrics
-distinct_ids, item_record = scoring_loop.distinct_ids, scoring_loop.item_record
-score_task = scoring_loop.score_task
 
 SETTINGS_FILE = run_dir.SETTINGS  # what an output directory holds, checked on resuming
 

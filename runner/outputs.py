@@ -248,7 +248,7 @@ class PredictionParts(PredictionsAppender):
 
 
 class CollectedRecords:
-  """What `evaluate.score_task` writes to, kept in memory (evaluation during training, the
+  """What `scoring_loop.score_task` writes to, kept in memory (evaluation during training, the
   benchmark): the records in the order batches were scored, `in_order` in the task's."""
 
   def __init__(self):

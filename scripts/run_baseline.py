@@ -2,8 +2,8 @@ r"""Runs a lexical baseline as a model evaluation with another scorer.
 
 The items are the registered seqio task's own examples of --eval_split (`task.source.examples`,
 the items scripts.evaluate scores), read from --eval_file through the task's gin-bound data
-files; each item becomes `runner.evaluate.item_record` and the metrics are the task's own
-(`runner.evaluate.task_metrics`), so metrics.json has the model evaluation's names and groups.
+files; each item becomes `runner.scoring_loop.item_record` and the metrics are the task's own
+(`runner.eval_metrics.task_metrics`), so metrics.json has the model evaluation's names and groups.
 Writes predictions.jsonl, metrics.json and report.html.
 
   python -m scripts.run_baseline --baseline=timedial_overlap --eval_file=timedial_test.json --out=/tmp/b
@@ -21,9 +21,10 @@ from absl import flags
 import gin
 
 from runner import data
-from runner import evaluate
+from runner import eval_metrics
 from runner import outputs
 from runner import report
+from runner import scoring_loop
 from scripts import console
 from scripts import gin_cli  # one_line_errors: a bad record is one line, not a traceback
 
@@ -98,14 +99,14 @@ def evaluated(task, split: str, scores: Sequence[Sequence[float]], first: int = 
   task's source dataset, as the model evaluation reads it (its dtypes: float32 human scores).
   """
   examples = task.source.examples(split)
-  ids = evaluate.distinct_ids([example["id"] for example in examples], {})
+  ids = scoring_loop.distinct_ids([example["id"] for example in examples], {})
   metadata = [data.example_metadata(example)
               for example in task.source.get_dataset(split, shuffle=False).as_numpy_iterator()]
-  records = [evaluate.item_record(task.name, ids[i], metadata[i], item_scores,
+  records = [scoring_loop.item_record(task.name, ids[i], metadata[i], item_scores,
                                   examples[i]["candidate_labels"], [True] * len(examples[i]["candidates"]))
              for i, item_scores in enumerate(scores, first)]
   notes = [f"{task.name}, split {split!r}: {len(records)} items"] + list(notes)
-  return records, {task.name: evaluate.task_metrics(task, records)}, notes
+  return records, {task.name: eval_metrics.task_metrics(task, records)}, notes
 
 
 def run_asq_similarity(args):

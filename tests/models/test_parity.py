@@ -161,7 +161,8 @@ def test_span_corruption_scores_only_the_span_tokens(hf_and_ours):
 def test_every_normalisation_matches_hf(hf_and_ours):
   """Evaluation's likelihood scorer under each NORMALIZATION, against sums from HF logits divided
   by the lengths it is given (or minus the HF sums given the context [EOS] alone)."""
-  from runner import data, evaluate  # pylint: disable=g-import-not-at-top
+  from models import scoring
+  from runner import data, scorers  # pylint: disable=g-import-not-at-top
   hf_model, config, params = hf_and_ours
   rng = np.random.default_rng(4)
   input_ids = random_ids(rng, (2, 10), config.vocab_size, pad_from=[10, 4])
@@ -174,8 +175,8 @@ def test_every_normalisation_matches_hf(hf_and_ours):
   empty = hf_candidate_scores(hf_model, np.ones((2, 1), np.int32), candidates, False)
   expected = {"none": totals, "token": totals / lengths["tokens"], "char": totals / lengths["scored_chars"],
               "byte": totals / lengths["scored_bytes"], "mutual_information": totals - empty}
-  assert set(expected) == set(evaluate.NORMALIZATIONS)
+  assert set(expected) == set(scoring.NORMALIZATIONS)
   for name, reference in expected.items():
-    scored = evaluate.make_score_fn(config, "likelihood", name)(params, arrays, lengths)
+    scored = scorers.make_score_fn(config, "likelihood", name)(params, arrays, lengths)
     np.testing.assert_allclose(scored["scores"], reference, atol=TOL, rtol=0, err_msg=name)
     np.testing.assert_allclose(scored["log_likelihoods"], totals, atol=TOL, rtol=0)

@@ -1,6 +1,6 @@
 """An item's scores do not depend on how evaluation batched it: the same items scored with batch
 sizes 1, 3, 8 and 32, in the task's order and bucketed by length, through
-runner.evaluate.score_task (batching, padding to the batch's longest row and most candidates, packing
+runner.scoring_loop.score_task (batching, padding to the batch's longest row and most candidates, packing
 each item's candidates into one decoder row, trimming to length buckets, the mesh, predictions.jsonl) give the same lines, in the task's order.
 An evaluation stopped mid-task and resumed writes what an uninterrupted one does, and bucketing
 pads less (counted from the arrays the scorer was given).
@@ -18,7 +18,7 @@ import pytest
 from models import reward as reward_lib
 from models.config import T5Config
 from models.network import init_params
-from runner import data, evaluate, outputs, partitioning
+from runner import data, outputs, partitioning, scorers, scoring_loop
 
 CONFIG = T5Config(vocab_size=384, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
                   num_encoder_layers=1, num_decoder_layers=1)
@@ -82,10 +82,10 @@ MESH = partitioning.create_mesh(1, 1, devices=jax.devices()[:1])
 
 
 def _score(tmp_path, params, scorer, batch_size, bucket=True, should_stop=lambda: False, name=None):
-  score_fn = evaluate.make_score_fn(CONFIG, scorer, "token", MESH)
+  score_fn = scorers.make_score_fn(CONFIG, scorer, "token", MESH)
   out = tmp_path / (name or f"{scorer}_{batch_size}_{bucket}")
   with outputs.PredictionsAppender(str(out)) as appender:
-    stats = evaluate.score_task("quickstart_like", "test", LENGTHS, batch_size, score_fn, params, appender,
+    stats = scoring_loop.score_task("quickstart_like", "test", LENGTHS, batch_size, score_fn, params, appender,
                                 mesh=MESH, bucket_by_length=bucket, should_stop=should_stop)
   return outputs.read_predictions(str(out / outputs.PREDICTIONS_FILE)), stats
 
@@ -217,7 +217,7 @@ def test_bucketing_pads_less_and_the_counts_are_the_arrays_scored(tmp_path, quic
   for bucket in (False, True):
     sent = []
     with outputs.PredictionsAppender(str(tmp_path / f"{bucket}")) as appender:
-      stats = evaluate.score_task("quickstart_like", "test", LENGTHS, batch_size, counted(sent), None, appender,
+      stats = scoring_loop.score_task("quickstart_like", "test", LENGTHS, batch_size, counted(sent), None, appender,
                                   bucket_by_length=bucket)
     assert stats.items == len(ITEMS) and stats.batches == len(sent) == -(-len(ITEMS) // batch_size)
     assert stats.real_tokens == sum(tokens for tokens, _ in sent) == real_tokens
@@ -234,7 +234,7 @@ def test_each_batch_is_on_disk_before_the_next_is_scored(tmp_path, quickstart_li
   of the task's order (the remainder's one item first, then three short ones), and each is in
   predictions.jsonl before the next reaches the scorer. (Written in the task's order, as before,
   nothing was on disk until the task's first item was scored.)"""
-  score_fn = evaluate.make_score_fn(CONFIG, "likelihood", "token", MESH)
+  score_fn = scorers.make_score_fn(CONFIG, "likelihood", "token", MESH)
   on_disk = []
 
   def scoring(params, arrays, lengths):
@@ -242,7 +242,7 @@ def test_each_batch_is_on_disk_before_the_next_is_scored(tmp_path, quickstart_li
     return score_fn(params, arrays, lengths)
 
   with outputs.PredictionsAppender(str(tmp_path / "out")) as appender:
-    stats = evaluate.score_task("quickstart_like", "test", LENGTHS, 3, scoring, init_params(CONFIG, jax.random.PRNGKey(0)),
+    stats = scoring_loop.score_task("quickstart_like", "test", LENGTHS, 3, scoring, init_params(CONFIG, jax.random.PRNGKey(0)),
                                 appender, mesh=MESH)
   assert on_disk == [0, 1, 4] and stats.items == len(ITEMS) == 7
   first_batch = [r["id"] for r in outputs.read_predictions(str(tmp_path / "out" / outputs.PREDICTIONS_FILE))][:1]

@@ -15,6 +15,7 @@ from models.network import init_params
 from runner import checkpoints
 from runner import evaluate
 from runner import outputs
+from runner import scoring_loop
 from runner import train
 from scripts import gin_cli
 from tests.helpers import batching
@@ -343,7 +344,7 @@ def test_repeated_ids_are_numbered_so_resuming_can_tell_items_apart(tmp_path, mo
       yield [{"id": "post"}], batch
   monkeypatch.setattr(evaluate.data, "candidate_batches", two_batches)
   with outputs.PredictionsAppender(str(tmp_path)) as appender:
-    evaluate.score_task("t", SPLIT, LENGTHS, 1, lambda p, arrays, lengths: {"scores": np.asarray([[0.5, 0.25]])}, None, appender)
+    scoring_loop.score_task("t", SPLIT, LENGTHS, 1, lambda p, arrays, lengths: {"scores": np.asarray([[0.5, 0.25]])}, None, appender)
   records = outputs.read_predictions(str(tmp_path / outputs.PREDICTIONS_FILE))
   assert [(r["id"], r["gold"], r["prediction"]) for r in records] == [
       ("post", [1, 0], 0), ("post#1", [0, 1], 0)]

@@ -68,7 +68,7 @@ import json, resource, sys
 import jax, numpy as np
 import t5_tasks
 from models import network
-from runner import data, evaluate, host_memory, partitioning
+from runner import data, host_memory, partitioning, scorers
 from scripts import benchmark
 if sys.argv[1] == "backend_first":
   jax.devices()
@@ -76,7 +76,7 @@ host_memory.reuse_freed_memory()
 config = benchmark.model_config("tiny")
 params = jax.device_put(network.init_params(config, jax.random.PRNGKey(0)))
 mesh = partitioning.create_mesh(1, 1, devices=jax.devices()[:1])
-score_fn = evaluate.make_score_fn(config, "likelihood", "token", mesh)
+score_fn = scorers.make_score_fn(config, "likelihood", "token", mesh)
 rng = np.random.default_rng(0)
 candidates = rng.integers(3, 259, (32, 4, 14)).astype(np.int32)
 mask = np.ones(candidates.shape, bool)

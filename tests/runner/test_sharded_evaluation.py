@@ -12,7 +12,7 @@ def test_evaluation_on_a_2x4_mesh_shards_the_model_and_matches_one_device(run_py
       from models import scoring
       from models.config import T5Config
       from models.network import init_params
-      from runner import checkpoints, evaluate, outputs, partitioning
+      from runner import checkpoints, evaluate, outputs, partitioning, scorers, scoring_loop
 
       config = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
                         num_encoder_layers=2, num_decoder_layers=2)
@@ -40,15 +40,15 @@ def test_evaluation_on_a_2x4_mesh_shards_the_model_and_matches_one_device(run_py
       # The same items scored on one device, unsharded, outside any mesh.
       single = jax.device_put(jax.device_get(params), jax.devices()[0])
       with outputs.PredictionsAppender("single") as appender:
-        stats = evaluate.score_task("asq_intent_cloze", "test", lengths, 8,
-                                    evaluate.make_score_fn(config, "likelihood"), single, appender)
+        stats = scoring_loop.score_task("asq_intent_cloze", "test", lengths, 8,
+                                    scorers.make_score_fn(config, "likelihood"), single, appender)
       print("rows alone", sorted(shape[0] for shape in stats.shapes.elements()))
       # Rows split 8 ways: the short batch's 4 items take 8 rows, one per device.
       eight = partitioning.create_mesh(8, 1)
       _, params = checkpoints.load_params("ckpt", config, eight)
       with outputs.PredictionsAppender("eight") as appender:
-        stats = evaluate.score_task("asq_intent_cloze", "test", lengths, 8,
-                                    evaluate.make_score_fn(config, "likelihood", mesh=eight), params, appender,
+        stats = scoring_loop.score_task("asq_intent_cloze", "test", lengths, 8,
+                                    scorers.make_score_fn(config, "likelihood", mesh=eight), params, appender,
                                     mesh=eight)
       print("rows on 8", sorted(shape[0] for shape in stats.shapes.elements()))
       print("items written:", len(outputs.read_predictions("sharded/predictions.jsonl")))

@@ -170,7 +170,7 @@ def _reversed(records):
 def systems(tmp_path_factory):
   """{name: evaluation directory}: the three baselines as one system, the same reversed, and a copy."""
   import seqio  # pylint: disable=g-import-not-at-top
-  from runner import evaluate  # pylint: disable=g-import-not-at-top
+  from runner import eval_metrics  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp("compare")
   records, metrics = [], {}
   for task, args in BASELINES.items():
@@ -178,7 +178,7 @@ def systems(tmp_path_factory):
     records += _records(root / task)
     metrics.update(outputs.read_metrics(str(root / task)))
   flipped = _reversed(records)
-  flipped_metrics = {task: evaluate.task_metrics(seqio.get_mixture_or_task(task),
+  flipped_metrics = {task: eval_metrics.task_metrics(seqio.get_mixture_or_task(task),
                                                  [r for r in flipped if r["task"] == task])
                      for task in BASELINES}
   return {"baseline": _write_system(root / "baseline", records, metrics),

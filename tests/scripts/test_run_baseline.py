@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 import seqio
 
-from runner import evaluate
+from runner import eval_metrics
 from runner import outputs
+from runner import scoring_loop
 from scripts import run_baseline
 import t5_tasks  # pylint: disable=unused-import  # registers the tasks (run_baseline imports it only when it runs)
 
@@ -75,11 +76,11 @@ def _model_evaluation(task_name, split, files, replayed: list[dict], out: pathli
     assert arrays["input_ids"].shape[0] == 1 and lengths["tokens"].shape == (1, len(item_scores))
     return {"scores": np.asarray([item_scores])}
   with outputs.PredictionsAppender(str(out)) as appender:
-    evaluate.score_task(task_name, split, FEATURE_LENGTHS, 1, replay, None, appender)
+    scoring_loop.score_task(task_name, split, FEATURE_LENGTHS, 1, replay, None, appender)
     path = appender.path
   assert next(scores, None) is None, "the model evaluation scored fewer items than the baseline"
   records = outputs.read_predictions(path)
-  return records, {task_name: evaluate.task_metrics(seqio.get_mixture_or_task(task_name), records)}
+  return records, {task_name: eval_metrics.task_metrics(seqio.get_mixture_or_task(task_name), records)}
 
 
 def _assert_same_evaluation(baseline: tuple[list[dict], dict], model: tuple[list[dict], dict]):
@@ -190,7 +191,7 @@ def test_asq_on_real_data_trains_on_the_leading_share(tmp_path, shared_data):
 
 def test_repeated_ids_are_numbered_as_the_model_evaluation_numbers_them():
   examples = [{"id": "a"}, {"id": "b"}, {"id": "a"}, {"id": 7}, {"id": "a"}]
-  assert evaluate.distinct_ids([e["id"] for e in examples], {}) == ["a", "b", "a#1", "7", "a#2"]
+  assert scoring_loop.distinct_ids([e["id"] for e in examples], {}) == ["a", "b", "a#1", "7", "a#2"]
 
 
 def test_usage_errors(tmp_path):

@@ -159,7 +159,7 @@ def test_pair_type_table_is_metrics_json_s(shared_data):
   examples = families.asq_examples(files)["test"]
   scores = [[float(len(q) % 3) for q in e["candidates"]] for e in examples]
   assert sum(s[0] == s[1] for s in scores) > len(scores) / 5  # many ties
-  # As runner.evaluate.task_metrics makes them: each record's metadata through the task's postprocessor.
+  # As runner.eval_metrics.task_metrics makes them: each record's metadata through the task's postprocessor.
   targets = [tasks.candidate_targets(None, example={k: v for k, v in e.items() if k != "candidates"},
                                      is_target=True) for e in examples]
   from_metrics = metrics.asq_metric_fn(targets, scores)
