@@ -13,7 +13,7 @@ Accuracy is §5's: "the percent of instances for which r_good was greater than r
 counting as wrong; `accuracy_ties_half` is the evaluation's own `pairwise_accuracy` (a tie counts
 half), kept beside it. Both are recomputed here from each evaluation's predictions.jsonl.
 
-The criteria, clusters and Table 4 are t5_tasks.sources.heap's, passed in as `heap` (runner does
+The criteria, clusters and Table 4 are t5_tasks.heap's, passed in as `heap` (runner does
 not import t5_tasks).
 """
 import dataclasses

@@ -88,7 +88,7 @@ def _shared_configuration(args, user_files, user_bindings) -> None:
 def _train_examples():
   """criterion -> its train comparisons under the parsed configuration (counted once each)."""
   import seqio  # pylint: disable=g-import-not-at-top  # registered by t5_tasks, imported in main
-  from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top
+  from t5_tasks import heap  # pylint: disable=g-import-not-at-top
   counts = {}
 
   def count(criterion):
@@ -117,7 +117,7 @@ def main(argv: Sequence[str]) -> None:
   from scripts import console  # pylint: disable=g-import-not-at-top
   console.quiet_libraries()
   import t5_tasks  # pylint: disable=g-import-not-at-top,unused-import  # registers the tasks
-  from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top
+  from t5_tasks import heap  # pylint: disable=g-import-not-at-top
   user_files, user_bindings = _user_arguments(args)
   seeds = [int(seed) for seed in args.seeds]
   _shared_configuration(args, user_files, user_bindings)

@@ -40,14 +40,14 @@ TIMEDIAL_TASK = "timedial_cloze_full"
 def preference_tasks() -> dict[str, str]:
   """--eval_format of the preference baselines -> the task whose items they score; TuringAdvice's
   evaluation file is HEAP's advice-helpfulness source (system advice vs the top Reddit advice)."""
-  from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top
+  from t5_tasks import heap  # pylint: disable=g-import-not-at-top
   return {"turingadvice": "heap_ah", "summarize_feedback": "summarize_feedback_preference",
           **{f"heap:{a.lower()}": heap.task_name(a) for a in heap.HEAP_CRITERIA}}
 
 
 def single_file_datasets() -> dict[str, str]:
   """Task -> its dataset's key in t5_tasks.tasks.data_files; these files hold every split ("all")."""
-  from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top
+  from t5_tasks import heap  # pylint: disable=g-import-not-at-top
   return {"summarize_feedback_preference": "summarize_feedback",
           **{heap.task_name(a): f"heap/{c.source}" for a, c in heap.HEAP_CRITERIA.items()}}
 

@@ -328,10 +328,10 @@ def heap_metric_groups(task_names: Sequence[str], clusters: Mapping[str, Sequenc
   "heap" holds every evaluated criterion (Table 2's Average), "heap_cluster_<cluster>" the
   evaluated ones of each cluster (Table 3's cluster Averages; §6's same-dataset ones); a group
   with none evaluated is left out. A criterion's task is `heap_<abbreviation>` or its `_tfds`
-  twin. `clusters`, `criteria` and `task_name` default to HEAP's own (t5_tasks.sources.heap).
+  twin. `clusters`, `criteria` and `task_name` default to HEAP's own (t5_tasks.heap).
   """
   if clusters is None or criteria is None or task_name is None:
-    from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top  # HEAP's family imports this module
+    from t5_tasks import heap  # pylint: disable=g-import-not-at-top  # HEAP's family imports this module
     clusters = heap.CLUSTERS if clusters is None else clusters
     criteria = tuple(heap.HEAP_CRITERIA) if criteria is None else criteria
     task_name = heap.task_name if task_name is None else task_name

@@ -10,7 +10,7 @@ def _comparison_items(args):
   """The comparisons as `CandidateItem`s, and the summarize-from-feedback records (else None)."""
   # pylint: disable=g-import-not-at-top
   from t5_tasks.baselines import preference_heuristics
-  from t5_tasks.sources import heap
+  from t5_tasks import heap
   from t5_tasks.sources import summarize_feedback
   from t5_tasks.sources import turingadvice
   fmt, path = args.comparison_format, args.comparisons

@@ -20,7 +20,7 @@ def _relative(path: str, folder: str) -> str:
 def analyze(args) -> dict:
   """Prints each HEAP criterion's comparisons from the released files under --data_dir, and how
   §3's random 80/10/10 split divides them; writes JSON to --output."""
-  from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top
+  from t5_tasks import heap  # pylint: disable=g-import-not-at-top
   if not args.data_dir or not storage.is_dir(args.data_dir):
     raise app.UsageError(f"heap needs --data_dir, a folder of HEAP's released files (got {args.data_dir!r})")
   counts, reports = {}, {}

@@ -88,7 +88,7 @@ def analyze(args) -> dict:
   """Prints HEAP's Table 2 and 3 shapes over the runs of --eval_dirs (each one seed of one model, a
   distinct checkpoint); writes JSON to --output. A protocol's tables, each criterion's figure from
   the run that held it out, are `python -m scripts.heap`'s."""
-  from t5_tasks.sources import heap  # pylint: disable=g-import-not-at-top
+  from t5_tasks import heap  # pylint: disable=g-import-not-at-top
   if not args.eval_dirs:
     raise app.UsageError("heap_runs needs --eval_dirs=DIR1,DIR2,... (evaluation output directories)")
   runs, checkpoints = {}, {}

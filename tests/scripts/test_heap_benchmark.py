@@ -19,7 +19,7 @@ import pytest
 
 from runner import heap_benchmark as bench
 from runner import outputs
-from t5_tasks.sources import heap
+from t5_tasks import heap
 from tests.conftest import PROJECT_ROOT
 from tests.t5_tasks.test_tasks import write_heap_fixtures
 

@@ -12,7 +12,7 @@ import gin
 import pytest
 
 from t5_tasks import families
-from t5_tasks.sources import heap
+from t5_tasks import heap
 from tests.conftest import PROJECT_ROOT
 from tests.scripts.test_recipes_turingadvice import cli_flags  # pylint: disable=unused-import
 from tests.scripts.test_recipes_turingadvice import run_training_until_start
