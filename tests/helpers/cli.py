@@ -3,7 +3,7 @@
 `python -m scripts.X ARGV` costs a second interpreter (~10 s of imports on two cores) and compiles
 its programs again; in process, the absl flags are parsed from the rewritten gin arguments
 (scripts/gin_cli.py's `rewrite_gin_args`) and `one_line_errors(main)` runs, as `app.run` would run it.
-The README's commands and a few exit-code checks stay real subprocesses (tests/test_readme.py,
+The commands of README.md and docs/ and a few exit-code checks stay real subprocesses (tests/test_readme.py,
 tests/helpers/processes.py); this is for the tests that check what a command does.
 """
 import contextlib

@@ -4,7 +4,7 @@ Each training recipe is parsed and run as a user's command line is (scripts.trai
 test_recipes_turingadvice), on the tiny model, and stopped where parameters would be initialised:
 what reaches the trainer (mixture, objective, batch, accumulation, learning rate over the run)
 is checked against `heap.TABLE_4`, which tests/t5_tasks/test_sources_heap.py checks against the
-paper's own Table 4. The README runs the cross-cluster recipe and its evaluation end to end.
+paper's own Table 4. docs/heap.md runs the cross-cluster recipe and its evaluation end to end.
 """
 import re
 
