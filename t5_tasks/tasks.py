@@ -165,6 +165,11 @@ def task_configuration() -> dict:
   for selector, configurable in gin.config._REGISTRY.items():  # pylint: disable=protected-access
     if not selector.startswith("t5_tasks.") or selector in _DATA_PATH_CONFIGURABLES:
       continue
+    # A function a gin file imports (`from t5_tasks import metrics` ... `@metrics.f`) is registered
+    # only in a process that parsed that file: its defaults are no setting of the tasks (a
+    # binding of it still counts, below), or two runs of one command could differ by history.
+    if configurable.import_source is not None:
+      continue
     parameters = inspect.signature(configurable.wrapped).parameters.values()
     out[selector] = {p.name: _setting_value(p.default) for p in parameters
                      if p.default is not inspect.Parameter.empty}

@@ -13,6 +13,7 @@ import pytest
 
 from models import checkpoint_export
 from models import checkpoint_import
+from models.config import T5Config
 from runner import checkpoints
 from runner import outputs
 from runner import run_dir
@@ -22,7 +23,12 @@ from tests.helpers.processes import script_env
 from tests.runner.test_train_eval import BEST
 from tests.runner.test_train_eval import _train
 from tests.scripts.test_best_of_n import INPUT_LENGTH
-from tests.scripts.test_best_of_n import TINY as REWARD_TINY
+
+
+# gin/models/t5_1_1/tiny.gin, as a T5Config (the runner's entry functions take one).
+REWARD_TINY = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128, num_encoder_layers=2,
+                       num_decoder_layers=2, mlp_activations=("gelu", "linear"), dropout_rate=0.0, dtype="float32",
+                       logits_via_embedding=False)
 
 
 def _eval_lines(path) -> list[dict]:

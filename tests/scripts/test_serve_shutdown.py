@@ -49,10 +49,14 @@ def tiny_checkpoint(tmp_path_factory):
   import jax  # pylint: disable=g-import-not-at-top  # only this module's second test needs JAX
   from models.network import init_params  # pylint: disable=g-import-not-at-top
   from runner import checkpoints  # pylint: disable=g-import-not-at-top
-  from tests.scripts.test_best_of_n import TINY  # pylint: disable=g-import-not-at-top
+  from models.config import T5Config  # pylint: disable=g-import-not-at-top
+  # gin/models/t5_1_1/tiny.gin's model.
+  tiny = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128, num_encoder_layers=2,
+                  num_decoder_layers=2, mlp_activations=("gelu", "linear"), dropout_rate=0.0, dtype="float32",
+                  logits_via_embedding=False)
   directory = tmp_path_factory.mktemp("tiny_checkpoint")
-  checkpoints.save_params(str(directory / "params"), init_params(TINY, jax.random.PRNGKey(0)))
-  checkpoints.write_model_config(str(directory), TINY)
+  checkpoints.save_params(str(directory / "params"), init_params(tiny, jax.random.PRNGKey(0)))
+  checkpoints.write_model_config(str(directory), tiny)
   return directory
 
 
