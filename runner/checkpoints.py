@@ -223,17 +223,18 @@ def _check_shapes(path, shapes, config: T5Config) -> None:
     raise ValueError(f"checkpoint {path} does not fit MODEL_CONFIG: {shown}")
 
 
-def placement(tree, config: T5Config, mesh=None, rules=partitioning.STANDARD_LOGICAL_AXIS_RULES):
-  """Shardings for a parameter tree: by the logical-axis rules on `mesh`, else this host's first device."""
-  if mesh is None:
+def placement(tree, config: T5Config, partitioner: partitioning.Partitioner | None = None):
+  """Shardings for a parameter tree: the partitioner's, else this host's first device."""
+  if partitioner is None:
     single = SingleDeviceSharding(jax.local_devices()[0])
     return jax.tree.map(lambda _: single, tree)
-  return partitioning.param_shardings(tree, config, mesh, rules)
+  return partitioner.param_shardings(tree, config)
 
 
-def load_params(path, model_config: T5Config | None = None, mesh=None,
-                rules=partitioning.STANDARD_LOGICAL_AXIS_RULES) -> tuple[T5Config, dict]:
-  """(T5Config, params) of any checkpoint this project reads, placed on `mesh` (None: one device).
+def load_params(path, model_config: T5Config | None = None,
+                partitioner: partitioning.Partitioner | None = None) -> tuple[T5Config, dict]:
+  """(T5Config, params) of any checkpoint this project reads, placed by `partitioner` (None: on
+  one device).
 
   `path` is a training run's MODEL_DIR (its latest step), its checkpoints/ directory, one step
   directory, a params-only orbax checkpoint (scripts/convert_checkpoint.py), a Hugging Face
@@ -246,13 +247,13 @@ def load_params(path, model_config: T5Config | None = None, mesh=None,
   if is_hf_checkpoint(path):
     saved, params = checkpoint_import.load_hf_t5(path)
     config = agreed_config(path, saved, model_config)
-    return config, jax.device_put(params, placement(params, config, mesh, rules))
+    return config, jax.device_put(params, placement(params, config, partitioner))
   t5x_step = t5x_checkpoint.t5x_step_dir(path)
   if t5x_step is not None:
     config = agreed_config(t5x_step, None, model_config)
     _check_shapes(t5x_step, t5x_checkpoint.t5x_shapes(t5x_step), config)  # before reading any array
     params = t5x_checkpoint.load_t5x(t5x_step)
-    return config, jax.device_put(params, placement(params, config, mesh, rules))
+    return config, jax.device_put(params, placement(params, config, partitioner))
   location = params_location(path)
   config = agreed_config(path, _saved_config(location), model_config)
   # The item's own handler: a training step's `params` is one item of a composite checkpoint,
@@ -263,7 +264,7 @@ def load_params(path, model_config: T5Config | None = None, mesh=None,
   with naming_damage():
     shapes = handler.metadata(epath.Path(location)).tree
   _check_shapes(path, shapes, config)
-  target = partitioning.with_shardings(shapes, placement(shapes, config, mesh, rules))
+  target = partitioning.with_shardings(shapes, placement(shapes, config, partitioner))
   with naming_damage():
     params = handler.restore(epath.Path(location), args=ocp.args.StandardRestore(target))
   checkpoint_integrity.check_values(location, step, params,

@@ -161,7 +161,7 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
   tasks = scoring_loop.candidate_tasks(mixture_or_task_name, split)
   scorers.check_metrics_scorable(tasks, scorer)
   data.require_examples(tasks, split)
-  config, params = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)
+  config, params = checkpoints.load_params(checkpoint_path, model_config, partitioning.Partitioner.for_mesh(mesh, rules))
   settings = provenance.provenance(mixture_or_task_name=mixture_or_task_name, split=split,
                                    checkpoint_path=checkpoint_path, config=config, params=params, tasks=tasks,
                                    task_feature_lengths=task_feature_lengths, scorer=scorer,
@@ -175,7 +175,7 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
       outputs.write_run_config(output_dir, run_config)
   notes = provenance.notes(settings)
   print("\n".join(notes), flush=True)
-  score_fn = scorers.make_score_fn(config, scorer, normalization, mesh, rules)
+  score_fn = scorers.make_score_fn(config, scorer, normalization, partitioning.Partitioner.for_mesh(mesh, rules))
   stopping = "finishing the batch being scored, then stopping"
   totals = [t.num_input_examples(split) for t in tasks]
   total = None if None in totals else sum(totals)
@@ -184,7 +184,7 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
       print(f"resuming: {len(sink.done)} items already in {sink.path}", flush=True)
     evaluated = scoring_loop.evaluate_tasks(
         tasks, split, score_fn, params, sink, feature_lengths=task_feature_lengths, batch_size=batch_size,
-        metric_groups=metric_groups, mesh=mesh, rules=rules, use_cached=use_cached_tasks,
+        metric_groups=metric_groups, partitioner=partitioning.Partitioner.for_mesh(mesh, rules), use_cached=use_cached_tasks,
         bucket_by_length=bucket_by_length, guard=guard)
   metrics, groups, by_task, path = evaluated.tasks, evaluated.groups, evaluated.records, sink.path
   if not _writes_outputs():

@@ -130,10 +130,10 @@ def _load(checkpoint_path, model_config, reward_checkpoint_path, mesh_shape, rul
   """(mesh, (config, params), reward model or None) on a mesh of every process's devices."""
   mesh = partitioning.create_mesh(*mesh_shape)
   partitioning.check_batch_size(batch_size, mesh, rules)
-  model = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)
+  model = checkpoints.load_params(checkpoint_path, model_config, partitioning.Partitioner.for_mesh(mesh, rules))
   reward_model = None
   if reward_checkpoint_path:
-    reward_model = checkpoints.load_params(reward_checkpoint_path, None, mesh, rules)
+    reward_model = checkpoints.load_params(reward_checkpoint_path, None, partitioning.Partitioner.for_mesh(mesh, rules))
     if reward_lib.HEAD not in reward_model[1]:
       raise ValueError(f"REWARD_CHECKPOINT_PATH {reward_checkpoint_path} has no '{reward_lib.HEAD}': "
                        "train it with OBJECTIVE='pairwise' or 'listwise'")

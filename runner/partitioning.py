@@ -8,6 +8,7 @@ mesh shape, never code. Every jitted entry (train step, scoring, sampling) runs 
 `activate(mesh, rules)`, so the network's activation constraints resolve to mesh axes.
 """
 import contextlib
+import functools
 import os
 
 import flax.linen as nn
@@ -117,16 +118,25 @@ def initialize_distributed(multi_host=None, environ=os.environ):
   jax.distributed.initialize(**arguments)
 
 
+def resolve_mesh_shape(mesh_shape, device_count: int | None = None) -> tuple[int, int]:
+  """(data, model) with a -1 replaced by the devices the other axis leaves (of `device_count`,
+  default every device of every process)."""
+  data, model = (int(size) for size in mesh_shape)
+  if data == -1 and model == -1:
+    raise ValueError("MESH_SHAPE: at most one of data and model may be -1")
+  count = jax.device_count() if device_count is None else device_count
+  if data == -1:
+    data = max(count // model, 1)
+  if model == -1:
+    model = max(count // data, 1)
+  return data, model
+
+
 def create_mesh(data=-1, model=1, devices=None) -> Mesh:
   """A mesh with axes ('data', 'model'); a size of -1 takes the devices the other axis leaves."""
   devices = list(jax.devices() if devices is None else devices)
   count = len(devices)
-  if data == -1 and model == -1:
-    raise ValueError("create_mesh: at most one of data and model may be -1")
-  if data == -1:
-    data = count // model
-  if model == -1:
-    model = count // data
+  data, model = resolve_mesh_shape((data, model), count)
   if data * model != count:
     raise ValueError(f"create_mesh: data ({data}) x model ({model}) must equal the device count ({count})")
   # Auto axes: shardings are propagated by XLA from the annotations, as t5x's pjit did.
@@ -226,3 +236,67 @@ def process_rows(mesh: Mesh, batch_size: int, rules=STANDARD_LOGICAL_AXIS_RULES)
   index_map = batch_sharding(mesh, rules).addressable_devices_indices_map((batch_size,))
   rows = [range(batch_size)[index[0]] for index in index_map.values()]
   return min(r.start for r in rows), max(r.stop for r in rows)
+
+
+class Partitioner:
+  """The mesh and the logical-axis rules of a run, and everything that follows from them (t5x's
+  partitioner): joining the hosts, batch blocks, global batches, the rows this process holds,
+  parameter and optimizer shardings.
+
+  gin binds one (gin/runs/*.gin: `MESH_SHAPE`, `LOGICAL_AXIS_RULES`, `MULTI_HOST`); the mesh is
+  made on first use, after the hosts have joined, so constructing it touches no device.
+  `Partitioner.for_mesh` wraps a mesh made elsewhere (on chosen devices).
+  """
+
+  def __init__(self, mesh_shape=(-1, 1), logical_axis_rules=STANDARD_LOGICAL_AXIS_RULES,
+               multi_host: bool | None = None):
+    self.mesh_shape = tuple(int(size) for size in mesh_shape)
+    self.rules = as_rules(logical_axis_rules)
+    self.multi_host = multi_host
+
+  @classmethod
+  def for_mesh(cls, mesh: Mesh, logical_axis_rules=STANDARD_LOGICAL_AXIS_RULES) -> "Partitioner":
+    partitioner = cls((mesh.shape["data"], mesh.shape["model"]), logical_axis_rules, multi_host=False)
+    partitioner.__dict__["mesh"] = mesh
+    return partitioner
+
+  def initialize(self) -> None:
+    """Joins the processes of a multi-host run (`initialize_distributed`); before any device is used."""
+    initialize_distributed(self.multi_host)
+
+  @functools.cached_property
+  def mesh(self) -> Mesh:
+    self.initialize()
+    return create_mesh(*self.mesh_shape)
+
+  def axes(self, device_count: int | None = None) -> tuple[int, int]:
+    """(data, model) of the mesh this partitioner makes on `device_count` devices (planning)."""
+    return resolve_mesh_shape(self.mesh_shape, device_count)
+
+  def activate(self):
+    return activate(self.mesh, self.rules)
+
+  def batch_blocks(self) -> int:
+    return batch_blocks(self.mesh, self.rules)
+
+  def check_batch_size(self, batch_size: int) -> None:
+    check_batch_size(batch_size, self.mesh, self.rules)
+
+  def batch_sharding(self) -> NamedSharding:
+    return batch_sharding(self.mesh, self.rules)
+
+  def global_batch(self, batch):
+    return global_batch(batch, self.mesh, self.rules)
+
+  def process_rows(self, batch_size: int) -> tuple[int, int]:
+    return process_rows(self.mesh, batch_size, self.rules)
+
+  def param_shardings(self, params, config: T5Config):
+    return param_shardings(params, config, self.mesh, self.rules)
+
+  def opt_state_shardings(self, optimizer, abstract_params, params_shardings):
+    return opt_state_shardings(optimizer, abstract_params, params_shardings, self.mesh)
+
+  def __repr__(self):
+    return (f"Partitioner(mesh_shape={self.mesh_shape}, rules={len(self.rules)} rules, "
+            f"multi_host={self.multi_host})")

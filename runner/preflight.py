@@ -15,20 +15,9 @@ from runner import memory_plan
 from runner import partitioning
 
 
-def resolve_mesh_shape(mesh_shape, device_count: int | None = None) -> tuple[int, int]:
-  """(data, model) with a -1 replaced by the devices the other axis leaves (as create_mesh does)."""
-  data, model = (int(size) for size in mesh_shape)
-  count = jax.device_count() if device_count is None else device_count
-  if data == -1:
-    data = max(count // model, 1)
-  if model == -1:
-    model = max(count // data, 1)
-  return data, model
-
-
 def _plan(config, mesh_shape, batch_size, feature_lengths, optimizer, accumulation_steps, remat, objective,
           rules):
-  return memory_plan.plan(config, mesh_shape=resolve_mesh_shape(mesh_shape), batch_size=batch_size,
+  return memory_plan.plan(config, mesh_shape=partitioning.resolve_mesh_shape(mesh_shape), batch_size=batch_size,
                           feature_lengths=feature_lengths, optimizer=optimizer,
                           accumulation_steps=accumulation_steps, remat=remat, objective=objective, rules=rules)
 
@@ -38,7 +27,7 @@ def describe_run(config: T5Config, *, mesh_shape, batch_size: int, feature_lengt
                  rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, device_memory_gib: float | None = None,
                  shard_lines: list[str] | None = None) -> list[str]:
   """The preflight's lines: processes, devices, mesh, batch, `shard_lines` as given, memory plan."""
-  data, model = resolve_mesh_shape(mesh_shape)
+  data, model = partitioning.resolve_mesh_shape(mesh_shape)
   processes = jax.process_count()
   kinds = collections.Counter(device.device_kind for device in jax.devices())
   mesh_devices = data * model

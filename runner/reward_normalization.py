@@ -99,7 +99,7 @@ def normalize_checkpoint(*, checkpoint_path: str, output_dir: str, mixture_or_ta
   data.require_examples(data.tasks_with_split(mixture_or_task_name, split), split)  # before the checkpoint loads
   rules = partitioning.as_rules(logical_axis_rules)
   mesh = partitioning.create_mesh(*mesh_shape, devices=jax.local_devices())
-  config, params = checkpoints.load_params(checkpoint_path, model_config, mesh, rules)
+  config, params = checkpoints.load_params(checkpoint_path, model_config, partitioning.Partitioner.for_mesh(mesh, rules))
   with partitioning.activate(mesh, rules):
     return normalize(config, params, source=checkpoint_path, output_dir=output_dir,
                      task_name=mixture_or_task_name, split=split, feature_lengths=task_feature_lengths,

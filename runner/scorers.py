@@ -83,16 +83,16 @@ def check_metrics_scorable(tasks, scorer: str) -> None:
                          f"records; evaluate a mixture without {task.name}, or with that scorer")
 
 
-def make_score_fn(config: T5Config, scorer: str, normalization: str = "token", mesh=None,
-                  rules=partitioning.STANDARD_LOGICAL_AXIS_RULES):
+def make_score_fn(config: T5Config, scorer: str, normalization: str = "token",
+                  partitioner: partitioning.Partitioner | None = None):
   """fn(params, arrays, lengths) -> {"scores": [B, K], ...} (numpy, the whole batch on every
-  process), run on `mesh` (see SCORERS)."""
+  process), run on the partitioner's mesh (see SCORERS)."""
   check_scoring(scorer, normalization)
   score = SCORERS[scorer](config, normalization)
-  if mesh is None:
+  if partitioner is None:
     return score
 
   def score_on_mesh(params, arrays, lengths):
-    with partitioning.activate(mesh, rules):
+    with partitioner.activate():
       return score(params, arrays, lengths)
   return score_on_mesh

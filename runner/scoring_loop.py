@@ -156,8 +156,8 @@ def _task_batches(task_name, split, feature_lengths, batch_size, use_cached, buc
 
 
 def score_task(task_name: str, split: str, feature_lengths, batch_size: int, score_fn, params,
-               appender: outputs.PredictionsAppender, total: int | None = None, mesh=None,
-               rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached=False,
+               appender: outputs.PredictionsAppender, total: int | None = None,
+               partitioner: partitioning.Partitioner | None = None, use_cached=False,
                progress_every_s: float = 10.0, should_stop: Callable[[], bool] = lambda: False,
                bucket_by_length: bool = True) -> TaskStats:
   """Scores the items of one task not yet in `appender`; returns what it did (`TaskStats`) and
@@ -170,15 +170,15 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
   (`outputs.reorder_predictions` puts the file in order at the end; `stats.ids` is the order). Before
   each batch `should_stop()` is asked; when it says so (or scoring raises) the task stops there,
   every scored item written. Batches are read, padded and packed on a thread ahead of scoring.
-  `batch_size` is global: with `mesh`, each process reads every batch and places on its devices
-  the rows they hold (`partitioning.global_batch`); `score_fn` returns the whole batch's scores to
+  `batch_size` is global: with a `partitioner`, each process reads every batch and places on its devices
+  the rows they hold (`Partitioner.global_batch`); `score_fn` returns the whole batch's scores to
   every process, so every process calls `appender.write` for the same items.
   """
   progress = Progress(task_name, total, "items")
   stats = TaskStats(task_name)
   started = time.perf_counter()
   ids_at: dict[int, str] = {}  # position -> distinct id
-  row_multiple = 1 if mesh is None else partitioning.batch_blocks(mesh, rules)
+  row_multiple = 1 if partitioner is None else partitioner.batch_blocks()
   batches = _prefetched((positions, metadata, batch, data.packed_arrays(batch))  # made on the reading thread
                         for positions, metadata, batch in _task_batches(task_name, split, feature_lengths, batch_size,
                                                                         use_cached, bucket_by_length, row_multiple))
@@ -195,8 +195,8 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
       input_ids, candidate_ids = arrays["input_ids"], arrays["candidate_ids"]
       lengths = {"tokens": batch["score_mask"].sum(-1), "scored_chars": batch["scored_chars"],
                  "scored_bytes": batch["scored_bytes"]}
-      if mesh is not None:
-        arrays = partitioning.global_batch(arrays, mesh, rules)
+      if partitioner is not None:
+        arrays = partitioner.global_batch(arrays)
       scored = score_fn(params, arrays, lengths)
       # Written as soon as scored, in the batch's order (bucketed batches finish out of the task's
       # order): a kill loses only the batch in flight; `outputs.reorder_predictions` sorts the file.
@@ -249,8 +249,8 @@ class Evaluated:
 
 
 def evaluate_tasks(tasks, split: str, score_fn, params, sink, *, feature_lengths, batch_size: int,
-                   metric_groups: Mapping[str, Sequence[str]] | None = None, mesh=None,
-                   rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached=False, bucket_by_length: bool = True,
+                   metric_groups: Mapping[str, Sequence[str]] | None = None,
+                   partitioner: partitioning.Partitioner | None = None, use_cached=False, bucket_by_length: bool = True,
                    guard=None) -> Evaluated:
   """Scores the items of `tasks` not yet in `sink` (`score_task`), then computes each task's
   metrics and each group's average of them from every item's record.
@@ -269,7 +269,7 @@ def evaluate_tasks(tasks, split: str, score_fn, params, sink, *, feature_lengths
     if guard is not None and guard.should_stop():
       break
     stats = score_task(task.name, split, feature_lengths, batch_size, score_fn, params, sink,
-                       total=task.num_input_examples(split), mesh=mesh, rules=rules, use_cached=use_cached,
+                       total=task.num_input_examples(split), partitioner=partitioner, use_cached=use_cached,
                        should_stop=should_stop, bucket_by_length=bucket_by_length)
     order += [(task.name, item_id) for item_id in stats.ids]
   by_task = {}

@@ -55,7 +55,7 @@ def _initial_params(config, objective: trainer.Objective, initial_checkpoint_pat
                     rules=None):
   """Random parameters, or INITIAL_CHECKPOINT_PATH's; a reward model gets a head unless it has one."""
   rng = jax.random.PRNGKey(seed)
-  loaded = (checkpoints.load_params(initial_checkpoint_path, config, mesh, rules)[1]
+  loaded = (checkpoints.load_params(initial_checkpoint_path, config, partitioning.Partitioner.for_mesh(mesh, rules))[1]
             if initial_checkpoint_path else None)
   if not objective.reward_head:
     params = loaded if loaded is not None else init_params(config, rng)

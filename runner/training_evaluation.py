@@ -13,6 +13,7 @@ import numpy as np
 from runner import checkpoints
 from runner import data
 from runner import run_dir
+from runner import partitioning
 from runner import scorers
 from runner import scoring_loop
 import storage
@@ -148,7 +149,7 @@ class _Evaluation:
     evaluated = scoring_loop.evaluate_tasks(
         self.tasks, self.split, self.score_fn, params, scoring_loop.RecordsInMemory(),
         feature_lengths=self.feature_lengths, batch_size=self.batch_size, metric_groups=self.groups,
-        mesh=self.mesh, rules=self.rules, use_cached=self.use_cached)
+        partitioner=None if self.mesh is None else partitioning.Partitioner.for_mesh(self.mesh, self.rules), use_cached=self.use_cached)
     return _flat_metrics(evaluated.metrics)
 
   def _improves(self, value: float) -> bool:
@@ -213,6 +214,6 @@ def make(*, eval_every, eval_mixture_or_task_name, eval_split, eval_metric_group
     _check_best_metric(best_metric, best_mode, names + list(groups), eval_mixture_or_task_name)
   return _Evaluation(tasks=tasks, groups=groups, split=eval_split, feature_lengths=task_feature_lengths,
                      batch_size=batch_size,
-                     score_fn=scorers.make_score_fn(model_config, scorer, normalization, mesh, rules),
+                     score_fn=scorers.make_score_fn(model_config, scorer, normalization, None if mesh is None else partitioning.Partitioner.for_mesh(mesh, rules)),
                      mesh=mesh, rules=rules, use_cached=use_cached, model_dir=model_dir,
                      best_metric=best_metric, best_mode=best_mode)

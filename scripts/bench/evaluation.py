@@ -78,7 +78,7 @@ def _evaluation(task, lengths, batch_size, score_fn, params, mesh, bucket, rss_g
   def run():
     collected, before = outputs.CollectedRecords(), _peak_rss_mb()
     with contextlib.redirect_stdout(io.StringIO()):
-      stats = scoring_loop.score_task(task, SPLIT, lengths, batch_size, score_fn, params, collected, mesh=mesh,
+      stats = scoring_loop.score_task(task, SPLIT, lengths, batch_size, score_fn, params, collected, partitioner=partitioning.Partitioner.for_mesh(mesh),
                                   progress_every_s=float("inf"), bucket_by_length=bucket)
     if rss_growth is not None:
       rss_growth.append(_peak_rss_mb() - before)
@@ -269,7 +269,7 @@ def evaluation_suite(bench, quick: bool | None = None, items: int | None = None)
       print(f"evaluation: the first {items} items of each file in batches of {batch_size} (--evaluation_items; "
             "0 for all); the item-count case is left out", file=sys.stderr)
   mesh = partitioning.create_mesh(1, 1, devices=jax.devices()[:1])
-  score_fn = scorers.make_score_fn(bench.config, "likelihood", "token", mesh)
+  score_fn = scorers.make_score_fn(bench.config, "likelihood", "token", partitioning.Partitioner.for_mesh(mesh))
   records = []
   with tempfile.TemporaryDirectory() as directory:
     try:

@@ -82,11 +82,11 @@ MESH = partitioning.create_mesh(1, 1, devices=jax.devices()[:1])
 
 
 def _score(tmp_path, params, scorer, batch_size, bucket=True, should_stop=lambda: False, name=None):
-  score_fn = scorers.make_score_fn(CONFIG, scorer, "token", MESH)
+  score_fn = scorers.make_score_fn(CONFIG, scorer, "token", partitioning.Partitioner.for_mesh(MESH))
   out = tmp_path / (name or f"{scorer}_{batch_size}_{bucket}")
   with outputs.PredictionsAppender(str(out)) as appender:
     stats = scoring_loop.score_task("quickstart_like", "test", LENGTHS, batch_size, score_fn, params, appender,
-                                mesh=MESH, bucket_by_length=bucket, should_stop=should_stop)
+                                partitioner=partitioning.Partitioner.for_mesh(MESH), bucket_by_length=bucket, should_stop=should_stop)
   return outputs.read_predictions(str(out / outputs.PREDICTIONS_FILE)), stats
 
 
@@ -234,7 +234,7 @@ def test_each_batch_is_on_disk_before_the_next_is_scored(tmp_path, quickstart_li
   of the task's order (the remainder's one item first, then three short ones), and each is in
   predictions.jsonl before the next reaches the scorer. (Written in the task's order, as before,
   nothing was on disk until the task's first item was scored.)"""
-  score_fn = scorers.make_score_fn(CONFIG, "likelihood", "token", MESH)
+  score_fn = scorers.make_score_fn(CONFIG, "likelihood", "token", partitioning.Partitioner.for_mesh(MESH))
   on_disk = []
 
   def scoring(params, arrays, lengths):
@@ -243,7 +243,7 @@ def test_each_batch_is_on_disk_before_the_next_is_scored(tmp_path, quickstart_li
 
   with outputs.PredictionsAppender(str(tmp_path / "out")) as appender:
     stats = scoring_loop.score_task("quickstart_like", "test", LENGTHS, 3, scoring, init_params(CONFIG, jax.random.PRNGKey(0)),
-                                appender, mesh=MESH)
+                                appender, partitioner=partitioning.Partitioner.for_mesh(MESH))
   assert on_disk == [0, 1, 4] and stats.items == len(ITEMS) == 7
   first_batch = [r["id"] for r in outputs.read_predictions(str(tmp_path / "out" / outputs.PREDICTIONS_FILE))][:1]
   assert first_batch != [ITEMS[0]["id"]]  # the premise: the first batch scored is not the task's first item

@@ -27,7 +27,7 @@ def test_checkpoint_from_mesh_4x2_restores_on_mesh_8x1_and_one_device(run_python
       manager.wait_until_finished()
 
       other_mesh = partitioning.create_mesh(8, 1)
-      restored = checkpoints.load_params("run", config, other_mesh)[1]
+      restored = checkpoints.load_params("run", config, partitioning.Partitioner.for_mesh(other_mesh))[1]
       spec = restored["decoder"]["logits_dense"]["kernel"].sharding
       assert spec.mesh.shape == {"data": 8, "model": 1}, spec
       single = checkpoints.load_params("run/checkpoints/7", config)[1]

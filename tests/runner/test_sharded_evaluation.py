@@ -24,7 +24,7 @@ def test_evaluation_on_a_2x4_mesh_shards_the_model_and_matches_one_device(run_py
 
       # The parameters are split over the model axis: each device holds a quarter of the MLP.
       mesh = partitioning.create_mesh(2, 4)
-      _, params = checkpoints.load_params("ckpt", config, mesh)
+      _, params = checkpoints.load_params("ckpt", config, partitioning.Partitioner.for_mesh(mesh))
       wi = params["encoder"]["layers_0"]["mlp"]["wi_0"]["kernel"]
       assert wi.sharding.spec == P(None, "model"), wi.sharding
       assert {{shard.data.shape for shard in wi.addressable_shards}} == {{(64, 32)}}
@@ -45,11 +45,11 @@ def test_evaluation_on_a_2x4_mesh_shards_the_model_and_matches_one_device(run_py
       print("rows alone", sorted(shape[0] for shape in stats.shapes.elements()))
       # Rows split 8 ways: the short batch's 4 items take 8 rows, one per device.
       eight = partitioning.create_mesh(8, 1)
-      _, params = checkpoints.load_params("ckpt", config, eight)
+      _, params = checkpoints.load_params("ckpt", config, partitioning.Partitioner.for_mesh(eight))
       with outputs.PredictionsAppender("eight") as appender:
         stats = scoring_loop.score_task("asq_intent_cloze", "test", lengths, 8,
-                                    scorers.make_score_fn(config, "likelihood", mesh=eight), params, appender,
-                                    mesh=eight)
+                                    scorers.make_score_fn(config, "likelihood", partitioner=partitioning.Partitioner.for_mesh(eight)), params, appender,
+                                    partitioner=partitioning.Partitioner.for_mesh(eight))
       print("rows on 8", sorted(shape[0] for shape in stats.shapes.elements()))
       print("items written:", len(outputs.read_predictions("sharded/predictions.jsonl")))
       """, devices=8)
@@ -86,7 +86,7 @@ def test_small_on_a_1x4_mesh_holds_a_quarter_per_device_and_scores_as_one_device
       checkpoints.save_params("small/params", reward_lib.init_reward_params(config, jax.random.PRNGKey(5)))
       checkpoints.write_model_config("small", config)
       mesh = partitioning.create_mesh(1, 4)
-      _, params = checkpoints.load_params("small", config, mesh)
+      _, params = checkpoints.load_params("small", config, partitioning.Partitioner.for_mesh(mesh))
 
       leaves = flax.traverse_util.flatten_dict(params, sep="/")
       per_device = {str(device): 0 for device in mesh.devices.flat}

@@ -1,0 +1,105 @@
+"""The settings objects the entry points take, as t5x's `utils.DatasetConfig` and
+`CheckpointConfig`: gin binds each once (gin/runs/*.gin) and `train`, `evaluate` and `infer`
+receive them whole, so a setting is resolved in one place. The mesh and its rules are the
+`partitioning.Partitioner`'s.
+"""
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetConfig:
+  """Which examples, how long and how many at a time.
+
+  Attributes:
+    mixture_or_task_name: a registered seqio task or mixture (None: batches come from elsewhere).
+    task_feature_lengths: {'inputs': tokens, 'targets': tokens}.
+    split: the split read.
+    batch_size: rows of one global batch (every process's together).
+    seed: the order training reads examples in.
+    use_cached: read the task's cached dataset (seqio's cache) instead of its source.
+  """
+  mixture_or_task_name: str | None
+  task_feature_lengths: Mapping[str, int] | None
+  split: str
+  batch_size: int
+  seed: int = 0
+  use_cached: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+  """What a training run optimises, for how long, and how it reports.
+
+  Attributes:
+    steps: the step the run stops at (TRAIN_STEPS; a resumed run counts from its checkpoint).
+    objective: 'cross_entropy', or 'pairwise' / 'listwise' for a reward model
+      (`trainer.OBJECTIVES`).
+    optimizer: an optax transformation; None: `trainer.make_optimizer()` (Adafactor, 1e-3).
+    accumulation_steps: microbatches per step.
+    z_loss: the auxiliary loss on the softmax normaliser (t5x's 1e-4).
+    seed: parameter initialisation and dropout.
+    log_every: steps between progress lines (a tenth of a shorter run).
+    device_memory_gib: what the preflight's memory plan checks against; None: what the device
+      reports.
+    compilation_cache_dir: compiled steps kept on disk (process-wide), so a restart skips compiling.
+    normalize_reward_task: with a reward objective, a run that reaches `steps` also writes its
+      reward model shifted so that this task's references score 0 on average to
+      MODEL_DIR/normalized (Stiennon et al. 2020, §3.4).
+    normalize_reward_split: the split of those references.
+  """
+  steps: int
+  objective: str = "cross_entropy"
+  optimizer: Any = None
+  accumulation_steps: int = 1
+  z_loss: float = 1e-4
+  seed: int = 0
+  log_every: int = 50
+  device_memory_gib: float | None = None
+  compilation_cache_dir: str | None = None
+  normalize_reward_task: str | None = None
+  normalize_reward_split: str = "train"
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+  """Where a run starts from and how often it saves (t5x's restore and save configs in one).
+
+  Attributes:
+    initial_checkpoint_path: a checkpoint a new run starts from (`checkpoints.load_params` reads
+      every kind); None: random parameters. A run with checkpoints of its own resumes from them.
+    every: steps between saves; the last step is always saved.
+    keep: how many of the latest steps stay on disk.
+  """
+  initial_checkpoint_path: str | None = None
+  every: int = 1000
+  keep: int = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationConfig:
+  """How items are scored and summed up: offline evaluation's, and evaluation during training's.
+
+  Attributes:
+    scorer: 'likelihood' or 'reward' (`scorers.SCORERS`); during training the objective decides.
+    normalization: a likelihood's normalisation (`models.scoring.NORMALIZATIONS`).
+    metric_groups: {group: [task names]} averaged too, or a function of the evaluated task names
+      returning it (HEAP's clusters: `t5_tasks.metrics.heap_metric_groups`).
+    bucket_by_length: offline evaluation batches items of alike lengths together.
+    every: during training, steps between evaluations (and one at the end); 0: none.
+    mixture_or_task_name: what training evaluates; None: what it trains on. Offline evaluation
+      reads its DatasetConfig's.
+    split: the split training evaluates.
+    best_metric: '<task or group>/<metric>' by which training keeps its best checkpoint in
+      MODEL_DIR/best; None: none kept.
+    best_mode: 'max' or 'min' (a tie keeps the earlier step).
+  """
+  scorer: str = "likelihood"
+  normalization: str = "token"
+  metric_groups: Mapping[str, Sequence[str]] | Callable | None = None
+  bucket_by_length: bool = True
+  every: int = 0
+  mixture_or_task_name: str | None = None
+  split: str = "validation"
+  best_metric: str | None = None
+  best_mode: str = "max"
