@@ -1,5 +1,12 @@
 """ASQ (Ousidhoum et al.): which of two questions a narrator asked, with the pair types of the human
-annotation rounds (Table 4's rows)."""
+annotation rounds (Table 4's rows).
+
+Splits (§5, "Baseline systems performance"): `train` and `test` (the 8,865-2,500 split);
+`annotation`, the 500 instances set aside for the human rounds (`asq_annotation.json`), so that
+one evaluation of it gives a model's Table 4 row, each pair type decided by the first round as the
+human row is; and `heldout`, the 10,000 instances the paper reserved for Table 5 ("never-before-seen
+held-out"), for whoever holds that file (the public release and ../shared/data have none).
+"""
 from t5_tasks import metrics
 from t5_tasks import preprocessors
 from t5_tasks.families import base
@@ -26,23 +33,28 @@ ASQ_INTENT_CLOZE = base.TaskFamily(
     name="asq_intent_cloze",
     examples=asq_examples,
     signature=base.SIGNATURES["asq"],
-    splits=("train", "test"),
-    quickstart_files={"asq": {"train": "asq_train.json", "test": "asq_test.json"},
+    splits=("train", "test", "annotation", "heldout"),
+    # The quickstart's rounds annotate its test items (the release's annotate asq_annotation.json's
+    # 500), so its annotation split holds those 10 items again; its held-out items are its own.
+    quickstart_files={"asq": {"train": "asq_train.json", "test": "asq_test.json",
+                              "annotation": "asq_annotation.json", "heldout": "asq_heldout.json"},
                       "asq_annotations": {"first": "asq_human_annotation_first.json",
                                           "second": "asq_human_annotation_second.json"}},
     steps=(preprocessors.cloze_targets,),
     metric_fn=metrics.asq_metric_fn,
-    # The builder also prepares ASQ's validation and annotation files; the task has no such split.
+    # The builder also prepares ASQ's validation file; the task has no such split.
     tfds=base.TfdsSource(
-        "asq:2.0.0",
+        "asq:3.0.0",
         files={"asq": {"train": ("**/asq_train*.json",),
                        "validation": ("**/asq_valid*.json", "**/asq_val.json"),
-                       "test": ("**/asq_test*.json",), "annotation": ("**/asq_annotation.json",)},
+                       "test": ("**/asq_test*.json",), "annotation": ("**/asq_annotation.json",),
+                       "heldout": ("**/asq_heldout*.json",)},
                "asq_annotations": {"first": ("**/*annotation_first*.json",),
                                    "second": ("**/*annotation_second*.json",)}},
         instructions=("Put the ASQ files in manual_dir: asq_train*.json, asq_valid*.json, "
-                      "asq_test*.json and/or asq_annotation.json, plus the annotation rounds "
+                      "asq_test*.json, asq_annotation.json and/or asq_heldout*.json, plus the annotation rounds "
                       "*annotation_first*.json and *annotation_second*.json."),
         release_notes={"1.0.0": "The items and the first round's pair type.",
-                       "2.0.0": "The task's examples: pair groups kept too."}),
+                       "2.0.0": "The task's examples: pair groups kept too.",
+                       "3.0.0": "The annotation and held-out splits."}),
 )

@@ -185,11 +185,11 @@ def test_a_tfds_task_records_its_dataset_and_the_prepared_files(tmp_path):
   finally:
     task.source.tfds_dataset.override_data_dir(None)
   [version_dir] = [p for p in (data_dir / "asq").iterdir() if p.is_dir()]
-  assert recorded["tfds"] == {"name": "asq/2.0.0", "version": "2.0.0",
-                              "splits": {"train": "train", "test": "test"}}
+  assert recorded["tfds"] == {"name": "asq/3.0.0", "version": "3.0.0",
+                              "splits": {split: split for split in ("train", "test", "annotation", "heldout")}}
   [files] = recorded["files"]
   assert files["sha256"] == _folder_sha256(version_dir) and files["path"] == str(version_dir)
   file_task = seqio.get_mixture_or_task("asq_intent_cloze")
-  assert recorded["examples"] == {split: file_task.num_input_examples(split) for split in ("train", "test")}
+  assert recorded["examples"] == {split: file_task.num_input_examples(split) for split in file_task.splits}
   assert recorded["configuration"]["t5_tasks.preprocessors.timedial_target_format"] == {
       "target_format": "span_corruption"}
