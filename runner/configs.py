@@ -103,3 +103,23 @@ class EvaluationConfig:
   split: str = "validation"
   best_metric: str | None = None
   best_mode: str = "max"
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+  """How inference samples (gin/runs/infer.gin: NUM_SAMPLES, TOP_P, TEMPERATURE, SEED,
+  REWARD_CHECKPOINT_PATH).
+
+  Attributes:
+    num_samples: samples per input.
+    top_p: nucleus sampling's threshold (1.0: none; 0: greedy).
+    temperature: the logits are divided by it before sampling.
+    seed: batch i samples with fold_in(PRNGKey(seed), i).
+    reward_checkpoint_path: a reward model; each input then gets best-of-`num_samples`
+      (Stiennon et al. 2020, §4.1). None: every sample is kept.
+  """
+  num_samples: int = 1
+  top_p: float = 0.95
+  temperature: float = 1.0
+  seed: int = 0
+  reward_checkpoint_path: str | None = None
