@@ -154,9 +154,9 @@ def test_pair_type_table_is_metrics_json_s(shared_data):
   on the real annotated items, with a tie-heavy system (scores by question length mod 3)."""
   from t5_tasks import families, metrics, tasks  # pylint: disable=g-import-not-at-top
   folder = shared_data / "asq"
-  files = {"asq": {"test": str(folder / "asq_annotation.json")},
+  files = {"asq": {"annotation": str(folder / "asq_annotation.json")},
            "asq_annotations": {r: str(folder / f"annotation_{r}.json") for r in ("first", "second")}}
-  examples = families.asq_examples(files)["test"]
+  examples = families.asq_examples(files)["annotation"]
   scores = [[float(len(q) % 3) for q in e["candidates"]] for e in examples]
   assert sum(s[0] == s[1] for s in scores) > len(scores) / 5  # many ties
   # As runner.eval_metrics.task_metrics makes them: each record's metadata through the task's postprocessor.
@@ -173,3 +173,61 @@ def test_pair_type_table_is_metrics_json_s(shared_data):
   for group in groups:
     assert by_type[group]["value"] == pytest.approx(from_metrics[f"accuracy/{group}"], abs=1e-12), group
     assert by_type[group]["n"] == sum(group in metrics.item_groups(t) for t in targets), group
+
+
+def _annotation_split(folder) -> list[dict]:
+  """The registered task's `annotation` split with the release's files bound, as an evaluation
+  with SPLIT='annotation' reads it."""
+  import gin  # pylint: disable=g-import-not-at-top
+  import seqio  # pylint: disable=g-import-not-at-top
+  from t5_tasks import tasks  # pylint: disable=g-import-not-at-top,unused-import  (registers the tasks)
+  files = {"asq": {"annotation": str(folder / "asq_annotation.json")},
+           "asq_annotations": {r: str(folder / f"annotation_{r}.json") for r in ("first", "second")}}
+  gin.clear_config()
+  with gin.unlock_config():
+    gin.bind_parameter("t5_tasks.tasks.data_files.files", files)
+  try:
+    task = seqio.get_mixture_or_task("asq_intent_cloze")
+    assert "annotation" in task.splits and "heldout" in task.splits
+    return task.source.examples("annotation")
+  finally:
+    gin.clear_config()
+
+
+def test_the_annotation_split_gives_table4s_rows_through_the_models_metric(shared_data):
+  """One evaluation of the `annotation` split is a model's Table 4 row: its 500 items, each pair type
+  the first round's, and the model's metric (metrics.asq_metric_fn, what metrics.json holds) fed the
+  first round's own answers as scores gives the paper's human row (C+C 0.84, C+{C,I} 0.89)."""
+  from t5_tasks import metrics, tasks  # pylint: disable=g-import-not-at-top
+  if not PAPER.is_file():
+    pytest.skip(f"the paper's text is not at {PAPER}")
+  examples = _annotation_split(shared_data / "asq")
+  assert len(examples) == 500
+  first = {a.id: a for a in read_asq_annotations(str(shared_data / "asq" / "annotation_first.json"))[0]}
+  # A judge choosing as the first round's annotator did, on the 200 items that round annotated.
+  judged = [e for e in examples if e["id"] in first]
+  assert len(judged) == 200
+  scores = [[float(i == first[e["id"]].annotated_label) for i in range(2)] for e in judged]
+  targets = [tasks.candidate_targets(None, example={k: v for k, v in e.items() if k != "candidates"},
+                                     is_target=True) for e in judged]
+  from_metrics = metrics.asq_metric_fn(targets, scores)
+  for group, (human, share) in _paper_table4().items():
+    assert _percent(from_metrics[f"accuracy/{group}"]) == human, group
+    in_group = sum(group in metrics.item_groups(t) for t in targets)
+    assert _percent(in_group / len(judged)) == share, group
+  # The items no round annotated count in the overall accuracy and in no group.
+  unjudged = [e for e in examples if e["id"] not in first]
+  assert len(unjudged) == 300 and not any(e["pair_groups"] for e in unjudged)
+
+
+def test_the_quickstart_has_every_asq_split():
+  """train, test, annotation (the 10 items its rounds annotate, typed) and heldout, as files."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  from t5_tasks import tasks  # pylint: disable=g-import-not-at-top,unused-import
+  task = seqio.get_mixture_or_task("asq_intent_cloze")
+  counts = {split: len(task.source.examples(split)) for split in task.splits}
+  assert counts == {"train": 16, "test": 12, "annotation": 10, "heldout": 4}
+  first = read_asq_annotations(str(tasks.QUICKSTART_DIR / "asq_human_annotation_first.json"))[0]
+  assert sorted(e["id"] for e in task.source.examples("annotation")) == sorted(a.id for a in first)
+  assert any(e["pair_groups"] for e in task.source.examples("annotation"))
+  assert not any(e["pair_groups"] for e in task.source.examples("heldout"))
