@@ -28,7 +28,7 @@ Every output directory records its provenance (`evaluation.json`, and metrics.js
 refused before anything is scored or written.
 """
 import contextlib
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import jax
 from jax.experimental import multihost_utils
@@ -36,6 +36,7 @@ from jax.experimental import multihost_utils
 from models import scoring
 from models.config import T5Config
 from runner import checkpoints
+from runner import configs
 from runner import data
 from runner import eval_metrics
 from runner import host_memory
@@ -120,51 +121,55 @@ class _PredictionsFile:
     self._open.close()
 
 
-def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path: str, output_dir: str,
-             batch_size: int = 32, split: str = "test", normalization: str = "token",
-             scorer: str = "likelihood", model_config: T5Config | None = None, mesh_shape=(-1, 1),
-             logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, use_cached_tasks=False,
-             multi_host: bool | None = None, run_config: str | None = None,
-             metric_groups: Mapping[str, Sequence[str]] | None = None,
-             references: report.References | None = None, bucket_by_length: bool = True) -> dict:
+def evaluate(*, model_config: T5Config | None = None, dataset: configs.DatasetConfig, checkpoint_path: str,
+             output_dir: str, evaluation: configs.EvaluationConfig | None = None,
+             partitioner: partitioning.Partitioner | None = None, run_config: str | None = None,
+             references: report.References | None = None) -> dict:
   """Scores a task or mixture with a checkpoint; writes predictions, metrics.json and report.html.
+
+  `dataset` names the task or mixture, its split, feature lengths, global batch size and whether
+  seqio's cache is read (its seed is unused: items are read in order). `evaluation` (default
+  `configs.EvaluationConfig()`) gives the scorer, a likelihood's normalisation, the metric groups
+  and BUCKET_BY_LENGTH; its fields for evaluation during training are unused. `model_config`
+  None: the checkpoint's recorded one. scripts/evaluate.py calls it through gin (gin/runs/eval.gin).
 
   Returns the metrics (`{task or group: {metric: {"value", "low", "high"}}}`). On SIGINT or SIGTERM it
   stops after the batch being scored and raises `checkpoints.PreemptionGuard.Interrupted` saying
   how many items predictions.jsonl holds; calling it again resumes. The model and batches are
-  sharded over every device of every process by `mesh_shape` (data, model) and the rules, every
-  scoring call inside the mesh and the rules. `multi_host` (None: detected from the environment,
-  as training's) joins the processes of a multi-host run first (`partitioning.
-  initialize_distributed`); they run as one program, and process 0 alone writes `output_dir`, the
-  same files one process writes. `run_config` (the gin configuration's text) is written to
-  `output_dir/config.gin`. scripts/evaluate.py calls it through gin (gin/runs/eval.gin).
+  sharded over every device of every process by `partitioner` (default `Partitioner()`: the
+  data axis over every device, the standard rules), every scoring call inside its mesh and rules.
+  The partitioner joins the processes of a multi-host run first (its `multi_host`); they run as
+  one program, and process 0 alone writes `output_dir`, the same files one process writes.
+  `run_config` (the gin configuration's text) is written to `output_dir/config.gin`.
 
-  `metric_groups` ({group: [task names]}) adds, beside the tasks, each group's average over its
-  evaluated tasks (`eval_metrics.group_metrics`; HEAP's clusters: `t5_tasks.metrics.
-  heap_metric_groups`). Groups are computed from the finished predictions like the tasks'
-  metrics, so they are not provenance: a resumed evaluation may name other groups.
-  `references` (`{task: [(metric, label, value, source), ...]}`, plain data built from
-  t5_tasks.references) puts the papers' figures on the report. The report also lists each task's
-  items most wrong (`eval_metrics.worst_items`). `bucket_by_length` (BUCKET_BY_LENGTH) batches
-  items of alike lengths together (`scoring_loop.score_task`); predictions.jsonl holds the items
-  in the tasks' order either way.
+  `evaluation.metric_groups` ({group: [task names]}, or a function of the evaluated task names
+  returning it) adds, beside the tasks, each group's average over its evaluated tasks
+  (`eval_metrics.group_metrics`; HEAP's clusters: `t5_tasks.metrics.heap_metric_groups`). Groups
+  are computed from the finished predictions like the tasks' metrics, so they are not
+  provenance: a resumed evaluation may name other groups. `references` (`{task: [(metric, label,
+  value, source), ...]}`, plain data built from t5_tasks.references) puts the papers' figures on
+  the report. The report also lists each task's items most wrong (`eval_metrics.worst_items`).
+  `evaluation.bucket_by_length` batches items of alike lengths together
+  (`scoring_loop.score_task`); predictions.jsonl holds the items in the tasks' order either way.
   """
+  evaluation = configs.EvaluationConfig() if evaluation is None else evaluation
+  partitioner = partitioning.Partitioner() if partitioner is None else partitioner
+  task_name, split, lengths = dataset.mixture_or_task_name, dataset.split, dataset.task_feature_lengths
+  scorer, normalization = evaluation.scorer, evaluation.normalization
   scorers.check_scoring(scorer, normalization)
   storage.check_reachable(output_dir, "EVAL_OUTPUT_DIR")
-  if not isinstance(bucket_by_length, bool):
-    raise ValueError(f"BUCKET_BY_LENGTH must be True or False, got {bucket_by_length!r}")
-  partitioning.initialize_distributed(multi_host)
+  if not isinstance(evaluation.bucket_by_length, bool):
+    raise ValueError(f"BUCKET_BY_LENGTH must be True or False, got {evaluation.bucket_by_length!r}")
+  partitioner.initialize()
   host_memory.reuse_freed_memory()
-  mesh = partitioning.create_mesh(*mesh_shape)  # every process's devices: a model may outgrow a host
-  rules = partitioning.as_rules(logical_axis_rules)
-  partitioning.check_batch_size(batch_size, mesh, rules)
-  tasks = scoring_loop.candidate_tasks(mixture_or_task_name, split)
+  partitioner.check_batch_size(dataset.batch_size)  # the mesh spans every process's devices: a model may outgrow a host
+  tasks = scoring_loop.candidate_tasks(task_name, split)
   scorers.check_metrics_scorable(tasks, scorer)
   data.require_examples(tasks, split)
-  config, params = checkpoints.load_params(checkpoint_path, model_config, partitioning.Partitioner.for_mesh(mesh, rules))
-  settings = provenance.provenance(mixture_or_task_name=mixture_or_task_name, split=split,
+  config, params = checkpoints.load_params(checkpoint_path, model_config, partitioner)
+  settings = provenance.provenance(mixture_or_task_name=task_name, split=split,
                                    checkpoint_path=checkpoint_path, config=config, params=params, tasks=tasks,
-                                   task_feature_lengths=task_feature_lengths, scorer=scorer,
+                                   task_feature_lengths=lengths, scorer=scorer,
                                    normalization=normalization)
   provenance.check_settings(output_dir, settings)  # every process, so that all refuse alike
   _sync("evaluate: settings checked")  # before process 0 records its own
@@ -175,7 +180,10 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
       outputs.write_run_config(output_dir, run_config)
   notes = provenance.notes(settings)
   print("\n".join(notes), flush=True)
-  score_fn = scorers.make_score_fn(config, scorer, normalization, partitioning.Partitioner.for_mesh(mesh, rules))
+  score_fn = scorers.make_score_fn(config, scorer, normalization, partitioner)
+  groups = evaluation.metric_groups
+  if callable(groups):
+    groups = groups([task.name for task in tasks])
   stopping = "finishing the batch being scored, then stopping"
   totals = [t.num_input_examples(split) for t in tasks]
   total = None if None in totals else sum(totals)
@@ -183,22 +191,22 @@ def evaluate(*, mixture_or_task_name: str, task_feature_lengths, checkpoint_path
     if sink.done:
       print(f"resuming: {len(sink.done)} items already in {sink.path}", flush=True)
     evaluated = scoring_loop.evaluate_tasks(
-        tasks, split, score_fn, params, sink, feature_lengths=task_feature_lengths, batch_size=batch_size,
-        metric_groups=metric_groups, partitioner=partitioning.Partitioner.for_mesh(mesh, rules), use_cached=use_cached_tasks,
-        bucket_by_length=bucket_by_length, guard=guard)
+        tasks, split, score_fn, params, sink, feature_lengths=lengths, batch_size=dataset.batch_size,
+        metric_groups=groups, partitioner=partitioner, use_cached=dataset.use_cached,
+        bucket_by_length=evaluation.bucket_by_length, guard=guard)
   metrics, groups, by_task, path = evaluated.tasks, evaluated.groups, evaluated.records, sink.path
   if not _writes_outputs():
     return {**metrics, **groups}
   outputs.write_metrics(output_dir, {**metrics, **groups}, provenance=settings)
   counts = report.Table("Items scored", ("task", "items"),
                         [(task.name, len(by_task.get(task.name, []))) for task in tasks])
-  notes = [f"{mixture_or_task_name}, split {split!r}, scorer {scorer}"
+  notes = [f"{task_name}, split {split!r}, scorer {scorer}"
            + (f", normalisation {normalization!r}: {scoring.NORMALIZATIONS[normalization][1]}"
               if scorer == "likelihood" else "")] + notes
   # Tasks the model ranks right throughout, and generation tasks (one candidate), have none.
   wrong_items = {task.name: eval_metrics.worst_items(by_task.get(task.name, [])) for task in tasks}
   most_wrong = [report.worst_items_table(name, items) for name, items in wrong_items.items() if items]
-  html_path = report.write_report(output_dir, title=f"Evaluation of {mixture_or_task_name}",
+  html_path = report.write_report(output_dir, title=f"Evaluation of {task_name}",
                                   metrics=metrics, groups=groups, tables=[counts, *most_wrong],
                                   notes=notes, references=references)
   print(f"wrote {path}, {run_dir.EvalDir(output_dir).metrics} and {html_path}", flush=True)

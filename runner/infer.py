@@ -1,6 +1,6 @@
 """Inference: advice generated with nucleus sampling, to JSON lines or through a Python callable.
 
-With a reward model (`reward_checkpoint_path`), each input gets best-of-N: N samples, each
+With a reward model (`SamplingConfig.reward_checkpoint_path`), each input gets best-of-N: N samples, each
 scored by the reward model, the best kept (Stiennon et al. 2020, §4.1 and appendix Table 10:
 N samples at temperature 0.7 from the supervised policy, KL = log N − (N−1)/N); `infer` then
 prints the KL and the mean reward of the chosen samples against that of all samples
@@ -12,8 +12,9 @@ from a JSON lines file of situations (`title`, `selftext`, `subreddit`, optional
 scripts layer (runner cannot import t5_tasks): `scripts.generate.situation_formatter` wraps the
 advice task's own formatting, so served and evaluated inputs look alike.
 """
+import dataclasses
 import json
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -23,6 +24,7 @@ from models import decoding
 from models import reward as reward_lib
 from models.config import T5Config
 from runner import checkpoints
+from runner import configs
 from runner import data
 from runner import host_memory
 from runner import partitioning
@@ -51,7 +53,7 @@ def decode_tokens(vocabulary, tokens: np.ndarray) -> str:
 
 
 def generate(config: T5Config, params, vocabulary, input_ids: np.ndarray, rng, *, max_length: int,
-             batch_size: int, mesh, rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, num_samples: int = 1,
+             batch_size: int, partitioner: partitioning.Partitioner, num_samples: int = 1,
              top_p: float = 0.95, temperature: float = 1.0, reward_model: tuple[T5Config, dict] | None = None,
              should_stop: Callable[[], bool] = lambda: False) -> list[dict]:
   """Per row of input_ids [N, L]: `predictions` (num_samples texts), sampled in batches of batch_size.
@@ -63,15 +65,16 @@ def generate(config: T5Config, params, vocabulary, input_ids: np.ndarray, rng, *
   (small model, batch_size 8, 32 tokens: 1.36 s -> 0.39 s). A row's random draws do not depend on
   the rows after it, so the texts are those of the padded batch. Batch i samples with
   fold_in(rng, i), so the output depends only on rng, batch_size and the rows' order. Sampling
-  runs on `mesh` inside the rules. With several processes every one passes the same input_ids,
-  places on its devices the rows they hold (`partitioning.global_batch`) and gets every row back.
+  runs on the partitioner's mesh inside its rules. With several processes every one passes the
+  same input_ids, places on its devices the rows they hold (`Partitioner.global_batch`) and gets
+  every row back.
   `should_stop()` is asked before each batch; when it says so, the rows sampled so far are returned.
   """
   rows_out = []
   progress = Progress("generated", len(input_ids), "inputs")
   options = dict(max_length=max_length, top_p=top_p, temperature=temperature, eos_id=vocabulary.eos_id)
-  row_multiple = partitioning.batch_blocks(mesh, rules)
-  with partitioning.activate(mesh, rules):
+  row_multiple = partitioner.batch_blocks()
+  with partitioner.activate():
     for index, first in enumerate(range(0, len(input_ids), batch_size)):
       if should_stop():
         break
@@ -79,7 +82,7 @@ def generate(config: T5Config, params, vocabulary, input_ids: np.ndarray, rng, *
       padded = np.zeros((data.batch_rows(len(rows), batch_size, row_multiple, powers_of_two=True),
                          input_ids.shape[1]), np.int32)
       padded[:len(rows)] = rows
-      batch = partitioning.global_batch({"input_ids": padded}, mesh, rules)["input_ids"]
+      batch = partitioner.global_batch({"input_ids": padded})["input_ids"]
       # numpy: the same value on every process, which jit replicates over the mesh.
       key = np.asarray(jax.random.fold_in(rng, index))
       if reward_model is None:
@@ -126,18 +129,18 @@ def read_situations(path: str) -> list[dict]:
   return situations
 
 
-def _load(checkpoint_path, model_config, reward_checkpoint_path, mesh_shape, rules, batch_size):
-  """(mesh, (config, params), reward model or None) on a mesh of every process's devices."""
-  mesh = partitioning.create_mesh(*mesh_shape)
-  partitioning.check_batch_size(batch_size, mesh, rules)
-  model = checkpoints.load_params(checkpoint_path, model_config, partitioning.Partitioner.for_mesh(mesh, rules))
+def _load(checkpoint_path, model_config, reward_checkpoint_path, partitioner: partitioning.Partitioner,
+          batch_size: int):
+  """((config, params), reward model or None) on the partitioner's mesh (every process's devices)."""
+  partitioner.check_batch_size(batch_size)
+  model = checkpoints.load_params(checkpoint_path, model_config, partitioner)
   reward_model = None
   if reward_checkpoint_path:
-    reward_model = checkpoints.load_params(reward_checkpoint_path, None, partitioning.Partitioner.for_mesh(mesh, rules))
+    reward_model = checkpoints.load_params(reward_checkpoint_path, None, partitioner)
     if reward_lib.HEAD not in reward_model[1]:
       raise ValueError(f"REWARD_CHECKPOINT_PATH {reward_checkpoint_path} has no '{reward_lib.HEAD}': "
                        "train it with OBJECTIVE='pairwise' or 'listwise'")
-  return mesh, model, reward_model
+  return model, reward_model
 
 
 def best_of_n_summary(records: Sequence[dict]) -> dict | None:
@@ -158,20 +161,20 @@ def _chosen(record: dict) -> str:
 
 def load_generator(checkpoint_path: str, *, format_inputs: Callable[[dict], str], vocabulary,
                    model_config: T5Config | None = None, input_length: int = 512, max_length: int = 256,
-                   batch_size: int = 8, top_p: float = 0.95, temperature: float = 1.0, seed: int = 0,
-                   num_samples: int = 1, reward_checkpoint_path: str | None = None, mesh_shape=(-1, 1),
-                   logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES
-                   ) -> Callable[[list[dict]], list[str]]:
+                   batch_size: int = 8, sampling: configs.SamplingConfig | None = None,
+                   partitioner: partitioning.Partitioner | None = None) -> Callable[[list[dict]], list[str]]:
   """A callable from situations (`title`, `selftext`, `subreddit`) to one advice text each.
 
   `format_inputs(situation) -> str` builds the model's input text; `vocabulary` (a seqio
-  vocabulary) encodes it and decodes the samples. Call n samples with fold_in(seed, n). With a
-  reward model, each answer is the best of `num_samples`.
+  vocabulary) encodes it and decodes the samples. Call n samples with fold_in(PRNGKey(seed), n)
+  (`sampling`, default `configs.SamplingConfig()`). With its reward model, each answer is the
+  best of `num_samples`. `partitioner` None: `Partitioner()`.
   """
-  rules = partitioning.as_rules(logical_axis_rules)
-  mesh, (config, params), reward_model = _load(checkpoint_path, model_config, reward_checkpoint_path,
-                                               mesh_shape, rules, batch_size)
-  rng = jax.random.PRNGKey(seed)
+  sampling = configs.SamplingConfig() if sampling is None else sampling
+  partitioner = partitioning.Partitioner() if partitioner is None else partitioner
+  (config, params), reward_model = _load(checkpoint_path, model_config, sampling.reward_checkpoint_path,
+                                         partitioner, batch_size)
+  rng = jax.random.PRNGKey(sampling.seed)
   calls = [0]
 
   def generator(situations: list[dict]) -> list[str]:
@@ -181,8 +184,9 @@ def load_generator(checkpoint_path: str, *, format_inputs: Callable[[dict], str]
       return []
     ids = encode_inputs(vocabulary, [format_inputs(s) for s in situations], input_length)
     records = generate(config, params, vocabulary, ids, jax.random.fold_in(rng, calls[0]),
-                       max_length=max_length, batch_size=batch_size, top_p=top_p, temperature=temperature,
-                       num_samples=num_samples, reward_model=reward_model, mesh=mesh, rules=rules)
+                       max_length=max_length, batch_size=batch_size, top_p=sampling.top_p,
+                       temperature=sampling.temperature, num_samples=sampling.num_samples,
+                       reward_model=reward_model, partitioner=partitioner)
     calls[0] += 1
     return [_chosen(record) for record in records]
 
@@ -219,20 +223,35 @@ def task_inputs(task_name: str, split: str, feature_lengths) -> tuple[list[dict]
   return rows, input_ids, task.output_features["targets"].vocabulary
 
 
-def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
-          mixture_or_task_name: str | None = None, input_file: str | None = None, split: str = "test",
-          batch_size: int = 8, num_samples: int = 1, top_p: float = 0.95, temperature: float = 1.0, seed: int = 0,
-          model_config: T5Config | None = None, format_inputs: Callable[[dict], str] | None = None,
-          vocabulary=None, reward_checkpoint_path: str | None = None, mesh_shape=(-1, 1),
-          logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES) -> str:
+@dataclasses.dataclass(frozen=True)
+class Situations:
+  """A JSON lines file of situations to generate for, instead of a task's inputs.
+
+  Attributes:
+    input_file: the file (INPUT_FILE; `read_situations`); None: the task's inputs.
+    format_inputs: a situation's model input text (scripts/generate.py passes the advice task's
+      formatting, `situation_formatter`: runner cannot import t5_tasks).
+    vocabulary: the seqio vocabulary that encodes the inputs and decodes the samples.
+  """
+  input_file: str | None = None
+  format_inputs: Callable[[dict], str] | None = None
+  vocabulary: Any = None
+
+
+def infer(*, model_config: T5Config | None = None, checkpoint_path: str, output_file: str,
+          dataset: configs.DatasetConfig, sampling: configs.SamplingConfig | None = None,
+          partitioner: partitioning.Partitioner | None = None, situations: Situations | None = None) -> str:
   """Samples advice for a generation task's inputs or a file of situations; writes JSON lines.
 
-  With `input_file` the situations of that file are used (and need `format_inputs` and
-  `vocabulary`), else the inputs of task `mixture_or_task_name`. One line per input: `id`,
-  `inputs` (the model's input text), `predictions` (num_samples texts) and, for a task,
-  `references`. `task_feature_lengths` gives the input length and (`targets`) the longest
-  sample. With `reward_checkpoint_path` a line also holds `rewards`, `best` and `kl` (best-of-N
-  over the num_samples). Runs on the mesh `mesh_shape` (data, model) of every process's devices.
+  With `situations` holding an input file, the situations of that file are used (and need its
+  `format_inputs` and `vocabulary`), else the inputs of `dataset`'s task (its split; one
+  generation task, not a mixture). One line per input: `id`, `inputs` (the model's input text),
+  `predictions` (num_samples texts) and, for a task, `references`. `dataset.task_feature_lengths`
+  gives the input length and (`targets`) the longest sample; `dataset.batch_size` the rows
+  sampled at once (its seed and use_cached are unused). `sampling` (default
+  `configs.SamplingConfig()`) gives NUM_SAMPLES, TOP_P, TEMPERATURE and SEED; with its
+  `reward_checkpoint_path` a line also holds `rewards`, `best` and `kl` (best-of-N over the
+  num_samples). Runs on `partitioner`'s mesh (default `Partitioner()`: every process's devices).
   Returns the output path; scripts/generate.py calls it through gin (gin/runs/infer.gin).
 
   With several processes (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID, as
@@ -246,32 +265,37 @@ def infer(*, checkpoint_path: str, output_file: str, task_feature_lengths,
   same seed samples the same texts). With several processes none handles the signals (each would
   stop at its own batch while the others waited for it): they stop where they are.
   """
+  sampling = configs.SamplingConfig() if sampling is None else sampling
+  partitioner = partitioning.Partitioner() if partitioner is None else partitioner
+  situations = Situations() if situations is None else situations
+  task_name, split, lengths, batch_size = (dataset.mixture_or_task_name, dataset.split,
+                                           dataset.task_feature_lengths, dataset.batch_size)
+  input_file, vocabulary = situations.input_file, situations.vocabulary
   storage.check_reachable(output_file, "INFER_OUTPUT_FILE")
-  partitioning.initialize_distributed()  # before anything touches a device
+  partitioner.initialize()  # before anything touches a device
   host_memory.reuse_freed_memory()
   if input_file is not None:
-    if format_inputs is None or vocabulary is None:
+    if situations.format_inputs is None or vocabulary is None:
       raise ValueError("infer: a situations file needs format_inputs and vocabulary "
                        "(scripts/generate.py passes the advice task's)")
-    situations = read_situations(input_file)
-    rows = [{"id": str(s.get("id", i)), "inputs": format_inputs(s)} for i, s in enumerate(situations)]
-    input_ids = encode_inputs(vocabulary, [r["inputs"] for r in rows], task_feature_lengths["inputs"])
-  elif mixture_or_task_name is not None:
-    rows, input_ids, vocabulary = task_inputs(mixture_or_task_name, split, task_feature_lengths)
+    read = read_situations(input_file)
+    rows = [{"id": str(s.get("id", i)), "inputs": situations.format_inputs(s)} for i, s in enumerate(read)]
+    input_ids = encode_inputs(vocabulary, [r["inputs"] for r in rows], lengths["inputs"])
+  elif task_name is not None:
+    rows, input_ids, vocabulary = task_inputs(task_name, split, lengths)
   else:
     raise ValueError("infer: give a generation task (MIXTURE_OR_TASK_NAME) or an input_file of situations")
   if not rows:  # an empty output file would read as a finished run
     raise ValueError(f"infer: nothing to generate for: {input_file} holds no situations" if input_file is not None
-                     else f"infer: nothing to generate for: task {mixture_or_task_name} has no {split!r} inputs")
-  rules = partitioning.as_rules(logical_axis_rules)
-  mesh, (config, params), reward_model = _load(checkpoint_path, model_config, reward_checkpoint_path,
-                                               mesh_shape, rules, batch_size)
+                     else f"infer: nothing to generate for: task {task_name} has no {split!r} inputs")
+  (config, params), reward_model = _load(checkpoint_path, model_config, sampling.reward_checkpoint_path,
+                                         partitioner, batch_size)
   print(f"generating for {len(rows)} inputs, {batch_size} per batch, into {output_file}", flush=True)
   with checkpoints.PreemptionGuard(stopping="finishing the batch being sampled, then stopping") as guard:
-    records = generate(config, params, vocabulary, input_ids, jax.random.PRNGKey(seed),
-                       max_length=task_feature_lengths["targets"], batch_size=batch_size,
-                       num_samples=num_samples, top_p=top_p, temperature=temperature,
-                       reward_model=reward_model, mesh=mesh, rules=rules, should_stop=guard.should_stop)
+    records = generate(config, params, vocabulary, input_ids, jax.random.PRNGKey(sampling.seed),
+                       max_length=lengths["targets"], batch_size=batch_size,
+                       num_samples=sampling.num_samples, top_p=sampling.top_p, temperature=sampling.temperature,
+                       reward_model=reward_model, partitioner=partitioner, should_stop=guard.should_stop)
   lines = [json.dumps({**row, **record}, ensure_ascii=False) + "\n" for row, record in zip(rows, records)]
   if jax.process_index() == 0:  # every process holds every line
     storage.write_text(output_file, "".join(lines))

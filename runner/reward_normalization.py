@@ -15,6 +15,7 @@ import numpy as np
 from models import reward as reward_lib
 from models.config import T5Config
 from runner import checkpoints
+from runner import configs
 from runner import data
 from runner import host_memory
 from runner import partitioning
@@ -88,19 +89,17 @@ def normalize(config: T5Config, params, *, source: str, output_dir: str, task_na
   return record
 
 
-def normalize_checkpoint(*, checkpoint_path: str, output_dir: str, mixture_or_task_name: str,
-                         task_feature_lengths, split: str = "train", batch_size: int = 32,
-                         model_config: T5Config | None = None, mesh_shape=(-1, 1),
-                         logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES) -> dict:
+def normalize_checkpoint(*, model_config: T5Config | None = None, checkpoint_path: str, output_dir: str,
+                         dataset: configs.DatasetConfig, partitioner: partitioning.Partitioner | None = None) -> dict:
   """Loads a reward checkpoint (any `checkpoints.load_params` reads), normalises it on the
-  references of `mixture_or_task_name`'s `split` and writes it to `output_dir` (`normalize`).
-  scripts/normalize_reward.py calls it through gin, on this host's devices."""
+  references of `dataset`'s task and split (its feature lengths and batch size) and writes it to
+  `output_dir` (`normalize`). scripts/normalize_reward.py calls it through gin, in one process:
+  `partitioner` (default: every device of this host, joining no other) should not join hosts."""
+  partitioner = partitioning.Partitioner(multi_host=False) if partitioner is None else partitioner
+  task_name, split = dataset.mixture_or_task_name, dataset.split
   host_memory.reuse_freed_memory()  # before anything touches a device
-  data.require_examples(data.tasks_with_split(mixture_or_task_name, split), split)  # before the checkpoint loads
-  rules = partitioning.as_rules(logical_axis_rules)
-  mesh = partitioning.create_mesh(*mesh_shape, devices=jax.local_devices())
-  config, params = checkpoints.load_params(checkpoint_path, model_config, partitioning.Partitioner.for_mesh(mesh, rules))
-  with partitioning.activate(mesh, rules):
-    return normalize(config, params, source=checkpoint_path, output_dir=output_dir,
-                     task_name=mixture_or_task_name, split=split, feature_lengths=task_feature_lengths,
-                     batch_size=batch_size)
+  data.require_examples(data.tasks_with_split(task_name, split), split)  # before the checkpoint loads
+  config, params = checkpoints.load_params(checkpoint_path, model_config, partitioner)
+  with partitioner.activate():
+    return normalize(config, params, source=checkpoint_path, output_dir=output_dir, task_name=task_name,
+                     split=split, feature_lengths=dataset.task_feature_lengths, batch_size=dataset.batch_size)

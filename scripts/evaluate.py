@@ -14,6 +14,7 @@ another checkpoint's or other data's predictions is refused. Importing t5_tasks 
 task and mixture. Evaluating HEAP criteria also writes their averages
 (`t5_tasks.metrics.heap_metric_groups`).
 """
+import dataclasses
 from typing import Sequence
 
 import gin
@@ -39,9 +40,11 @@ def main(argv: Sequence[str]) -> None:
   # it scored (a mixture gin binds may be a reference to register_mixture, whose tasks are known
   # only once it is called).
   task_names = seqio.TaskRegistry.names()
+  evaluation = gin.query_parameter("evaluate.evaluate.evaluation").scoped_configurable_fn()  # eval.gin's
+  if evaluation.metric_groups is None:
+    evaluation = dataclasses.replace(evaluation, metric_groups=task_metrics.heap_metric_groups(task_names))
   metrics = gin.get_configurable(evaluate_lib.evaluate)(
-      run_config=gin.config_str(), metric_groups=task_metrics.heap_metric_groups(task_names),
-      references=references.for_tasks(task_names))
+      evaluation=evaluation, run_config=gin.config_str(), references=references.for_tasks(task_names))
   if jax.process_index() == 0:  # the one process that wrote them
     print(format_metrics(metrics))
     output_dir = gin.query_parameter("%EVAL_OUTPUT_DIR")

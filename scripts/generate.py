@@ -77,8 +77,10 @@ def main(argv: Sequence[str]) -> None:
   from t5_tasks import vocab  # pylint: disable=g-import-not-at-top
   vocabulary = vocab.get_vocabulary()
   input_length = gin.query_parameter("%TASK_FEATURE_LENGTHS")["inputs"]
-  path = gin.get_configurable(infer_lib.infer)(
+  # INPUT_FILE's situations (infer.gin binds it), formatted as the advice task formats its inputs.
+  situations = gin.get_configurable(infer_lib.Situations)(
       format_inputs=situation_formatter(vocabulary, input_length), vocabulary=vocabulary)
+  path = gin.get_configurable(infer_lib.infer)(situations=situations)
   if jax.process_index() == 0:  # the one that wrote it (runner.infer.infer)
     print(f"wrote {path}", flush=True)
 

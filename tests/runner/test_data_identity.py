@@ -20,6 +20,7 @@ from models.config import T5Config
 from models.network import init_params
 from runner import checkpoints
 from runner import data
+from runner import configs
 from runner import evaluate
 from runner import outputs
 from runner import train
@@ -112,8 +113,8 @@ def test_asq_evaluates_with_its_test_file_alone(shared_data, gin_config, tmp_pat
   checkpoint = tmp_path / "ckpt"
   checkpoints.save_params(str(checkpoint / "params"), init_params(TINY, jax.random.PRNGKey(0)))
   checkpoints.write_model_config(str(checkpoint), TINY)
-  metrics = evaluate.evaluate(mixture_or_task_name="asq_intent_cloze", task_feature_lengths=LENGTHS,
-                              checkpoint_path=str(checkpoint), output_dir=str(tmp_path / "eval"), batch_size=64)
+  metrics = evaluate.evaluate(dataset=configs.DatasetConfig("asq_intent_cloze", LENGTHS, "test", 64),
+                              checkpoint_path=str(checkpoint), output_dir=str(tmp_path / "eval"))
   items = json.loads(test_file.read_text())
   records = outputs.read_predictions(str(tmp_path / "eval" / outputs.PREDICTIONS_FILE))
   assert len(records) == len(items) == 1000
@@ -140,7 +141,7 @@ def test_a_copied_run_resumes_and_keeps_its_evaluation_but_other_data_is_refused
                        train_steps=steps, batch_size=2, model_dir=str(root / "run"), log_every=1000)
 
   def run_evaluate(root):
-    return evaluate.evaluate(mixture_or_task_name="heap_ah", task_feature_lengths=LENGTHS, batch_size=4,
+    return evaluate.evaluate(dataset=configs.DatasetConfig("heap_ah", LENGTHS, "test", 4),
                              checkpoint_path=str(root / "run" / "checkpoints" / "2"),
                              output_dir=str(root / "run" / "eval"))
 

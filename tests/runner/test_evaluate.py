@@ -13,6 +13,7 @@ from models import scoring
 from models.config import T5Config
 from models.network import init_params
 from runner import checkpoints
+from runner import configs
 from runner import evaluate
 from runner import outputs
 from runner import scoring_loop
@@ -41,10 +42,12 @@ def checkpoint(tmp_path_factory):
   return _save(tmp_path_factory.mktemp("ckpt"), init_params(CONFIG, jax.random.PRNGKey(0)))
 
 
-def _run(checkpoint_path, output_dir, **overrides):
-  kwargs = dict(mixture_or_task_name=MIXTURE, task_feature_lengths=LENGTHS,
-                checkpoint_path=checkpoint_path, output_dir=str(output_dir), batch_size=BATCH, split=SPLIT)
-  return evaluate.evaluate(**{**kwargs, **overrides})
+def _run(checkpoint_path, output_dir, *, mixture_or_task_name=MIXTURE, task_feature_lengths=LENGTHS,
+         run_config=None, **evaluation):
+  """evaluate.evaluate on MIXTURE's SPLIT; `evaluation`: EvaluationConfig's fields."""
+  dataset = configs.DatasetConfig(mixture_or_task_name, task_feature_lengths, SPLIT, BATCH)
+  return evaluate.evaluate(dataset=dataset, checkpoint_path=checkpoint_path, output_dir=str(output_dir),
+                           evaluation=configs.EvaluationConfig(**evaluation), run_config=run_config)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import t5_tasks  # pylint: disable=unused-import  # registers the tasks
 from models import reward as reward_lib
 from models.config import T5Config
 from runner import checkpoints
+from runner import configs
 from runner import evaluate
 from runner import outputs
 from tests.helpers import batching
@@ -42,9 +43,9 @@ def test_real_chasm_pairs_get_each_narratives_own_reward(real_chasm, tmp_path):
   checkpoint = tmp_path / "reward"
   checkpoints.save_params(str(checkpoint / "params"), params)
   checkpoints.write_model_config(str(checkpoint), CONFIG)
-  metrics = evaluate.evaluate(mixture_or_task_name=TASK, task_feature_lengths=LENGTHS,
+  metrics = evaluate.evaluate(dataset=configs.DatasetConfig(TASK, LENGTHS, SPLIT, BATCH),
                               checkpoint_path=str(checkpoint), output_dir=str(tmp_path / "out"),
-                              batch_size=BATCH, split=SPLIT, scorer="reward")
+                              evaluation=configs.EvaluationConfig(scorer="reward"))
   records = outputs.read_predictions(str(tmp_path / "out" / outputs.PREDICTIONS_FILE))
 
   examples = list(seqio.get_mixture_or_task(TASK).get_dataset(LENGTHS, split=SPLIT, shuffle=False)

@@ -12,6 +12,7 @@ from models import decoding
 from models.config import T5Config
 from models.network import init_params
 from runner import checkpoints
+from runner import configs
 from runner import infer
 from scripts import generate as generate_script
 from scripts import gin_cli
@@ -39,6 +40,11 @@ def _lines(path):
   return [json.loads(line) for line in open(path, encoding="utf-8")]
 
 
+def _file_dataset():
+  """Generation for a situations file: no task, infer's default split."""
+  return configs.DatasetConfig(None, LENGTHS, "test", BATCH)
+
+
 def _situations():
   return [{"id": f"s{i}", "title": f"Question {i}?", "selftext": "Some context. " * i,
            "subreddit": "Advice"} for i in range(5)]
@@ -47,8 +53,7 @@ def _situations():
 def test_task_inference_writes_one_line_per_situation(model, tmp_path):
   path, _ = model
   out = infer.infer(checkpoint_path=path, output_file=str(tmp_path / "gen.jsonl"),
-                    task_feature_lengths=LENGTHS, mixture_or_task_name="turingadvice_generation",
-                    split="test", batch_size=BATCH)
+                    dataset=configs.DatasetConfig("turingadvice_generation", LENGTHS, "test", BATCH))
   lines = _lines(out)
   situations, _ = reddit_advice.read_reddit_advice(tasks.data_files("reddit_advice")["all"])
   test = [s for s in situations if s.split == "test" and s.good_comments]
@@ -65,9 +70,9 @@ def test_file_inference_decodes_the_sampled_tokens(model, tmp_path):
   source = tmp_path / "situations.jsonl"
   source.write_text("".join(json.dumps(s) + "\n" for s in _situations()))
   format_inputs = lambda s: f"{s['title']}\n{s['selftext']}"
-  out = infer.infer(checkpoint_path=path, output_file=str(tmp_path / "gen.jsonl"),
-                    task_feature_lengths=LENGTHS, input_file=str(source), batch_size=BATCH,
-                    num_samples=2, seed=7, format_inputs=format_inputs, vocabulary=VOCAB)
+  out = infer.infer(checkpoint_path=path, output_file=str(tmp_path / "gen.jsonl"), dataset=_file_dataset(),
+                    sampling=configs.SamplingConfig(num_samples=2, seed=7),
+                    situations=infer.Situations(str(source), format_inputs, VOCAB))
   lines = _lines(out)
   assert [line["id"] for line in lines] == [s["id"] for s in _situations()]
   # The first batch again, by hand: bytes + 3 with EOS (1), sampled with fold_in(seed, 0).
@@ -103,9 +108,9 @@ def test_a_short_last_batch_is_sampled_at_its_own_rows(model, tmp_path, monkeypa
   source = tmp_path / "situations.jsonl"
   source.write_text("".join(json.dumps(s) + "\n" for s in _situations()))  # 5: a batch of 4, then 1
   format_inputs = lambda s: s["title"]
-  out = infer.infer(checkpoint_path=path, output_file=str(tmp_path / "gen.jsonl"),
-                    task_feature_lengths=LENGTHS, input_file=str(source), batch_size=BATCH,
-                    num_samples=3, seed=7, format_inputs=format_inputs, vocabulary=VOCAB)
+  out = infer.infer(checkpoint_path=path, output_file=str(tmp_path / "gen.jsonl"), dataset=_file_dataset(),
+                    sampling=configs.SamplingConfig(num_samples=3, seed=7),
+                    situations=infer.Situations(str(source), format_inputs, VOCAB))
   assert rows == [BATCH, 1]
   # Its texts are those it had among 3 rows of padding (the last batch's shape until now): a
   # row's random draws do not depend on the rows after it.
@@ -120,7 +125,7 @@ def test_generator_for_serving_returns_one_text_per_situation(model):
   path, params = model
   generator = infer.load_generator(path, format_inputs=lambda s: s["title"], vocabulary=VOCAB,
                                    input_length=LENGTHS["inputs"], max_length=LENGTHS["targets"],
-                                   batch_size=BATCH, top_p=0.0)
+                                   batch_size=BATCH, sampling=configs.SamplingConfig(top_p=0.0))
   texts = generator(_situations())
   assert len(texts) == 5 and generator([]) == []
   ids = infer.encode_inputs(VOCAB, [s["title"] for s in _situations()[:BATCH]], LENGTHS["inputs"])
@@ -145,13 +150,13 @@ def test_bad_situations_file_names_line_and_field(tmp_path):
 
 def test_needs_a_task_or_a_file_with_its_formatting(model, tmp_path):
   with pytest.raises(ValueError, match=r"give a generation task \(MIXTURE_OR_TASK_NAME\) or an input_file"):
-    infer.infer(checkpoint_path=model[0], output_file=str(tmp_path / "x"), task_feature_lengths=LENGTHS)
+    infer.infer(checkpoint_path=model[0], output_file=str(tmp_path / "x"), dataset=_file_dataset())
   with pytest.raises(ValueError, match="a situations file needs format_inputs and vocabulary"):
-    infer.infer(checkpoint_path=model[0], output_file=str(tmp_path / "x"), task_feature_lengths=LENGTHS,
-                input_file=str(tmp_path / "s.jsonl"))
+    infer.infer(checkpoint_path=model[0], output_file=str(tmp_path / "x"), dataset=_file_dataset(),
+                situations=infer.Situations(str(tmp_path / "s.jsonl")))
   with pytest.raises(ValueError, match="'quickstart' is a mixture; name one generation task"):
-    infer.infer(checkpoint_path=model[0], output_file=str(tmp_path / "x"), task_feature_lengths=LENGTHS,
-                mixture_or_task_name="quickstart")
+    infer.infer(checkpoint_path=model[0], output_file=str(tmp_path / "x"),
+                dataset=configs.DatasetConfig("quickstart", LENGTHS, "test", BATCH))
 
 
 def test_served_situations_are_formatted_like_the_advice_task():
@@ -180,8 +185,9 @@ def test_infer_gin_generates_for_a_situations_file(model, tmp_path):
         ["MODEL_CONFIG = None", f"CHECKPOINT_PATH = '{model[0]}'",
          f"INFER_OUTPUT_FILE = '{tmp_path / 'advice.jsonl'}'", f"INPUT_FILE = '{source}'",
          f"TASK_FEATURE_LENGTHS = {LENGTHS}", f"BATCH_SIZE = {BATCH}"], [str(PROJECT_ROOT)])
-    path = gin.get_configurable(infer.infer)(
+    situations = gin.get_configurable(infer.Situations)(
         format_inputs=generate_script.situation_formatter(VOCAB, LENGTHS["inputs"]), vocabulary=VOCAB)
+    path = gin.get_configurable(infer.infer)(situations=situations)
   finally:
     gin.clear_config()
   lines = _lines(path)

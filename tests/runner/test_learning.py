@@ -20,6 +20,7 @@ from models import reward as reward_lib
 from models.config import T5Config
 from models.network import init_params
 from runner import checkpoints
+from runner import configs
 from runner import evaluate
 from runner import outputs
 from runner import train
@@ -99,9 +100,9 @@ def synthetic_tasks():
 
 def _evaluate(task, checkpoint_path, output_dir, scorer):
   """(the metric dict evaluate returns for `task`, the records of its predictions.jsonl)."""
-  returned = evaluate.evaluate(mixture_or_task_name=task, task_feature_lengths=LENGTHS,
+  returned = evaluate.evaluate(model_config=TINY, dataset=configs.DatasetConfig(task, LENGTHS, "test", BATCH),
                                checkpoint_path=str(checkpoint_path), output_dir=str(output_dir),
-                               batch_size=BATCH, scorer=scorer, model_config=TINY)
+                               evaluation=configs.EvaluationConfig(scorer=scorer))
   records = outputs.read_predictions(str(output_dir / outputs.PREDICTIONS_FILE))
   assert sorted(r["id"] for r in records) == sorted(f"test/{i}" for i in range(SIZES["test"]))
   return returned[task], records

@@ -118,13 +118,13 @@ def test_a_batch_size_the_row_blocks_do_not_divide_is_refused_before_any_work(ru
   (`batch_blocks`), 4 with rules that put the batch on both mesh axes of a (2, 2) mesh; 6 splits
   over the data axis alone (2) and then fails elsewhere (the checkpoint does not exist)."""
   out = run_python("""
-      from runner import evaluate, infer, partitioning
+      from runner import configs, evaluate, infer, partitioning
       both = (("batch", ("data", "model")),) + partitioning.STANDARD_LOGICAL_AXIS_RULES[1:]
       for rules in (both, partitioning.STANDARD_LOGICAL_AXIS_RULES):
         calls = {"evaluate": lambda: evaluate.evaluate(
-                     mixture_or_task_name="none", task_feature_lengths={}, checkpoint_path="none",
-                     output_dir="out", batch_size=6, mesh_shape=(2, 2), logical_axis_rules=rules),
-                 "generate": lambda: infer._load("none", None, None, (2, 2), rules, 6)}
+                     dataset=configs.DatasetConfig("none", {}, "test", 6), checkpoint_path="none",
+                     output_dir="out", partitioner=partitioning.Partitioner((2, 2), rules)),
+                 "generate": lambda: infer._load("none", None, None, partitioning.Partitioner((2, 2), rules), 6)}
         for name, call in calls.items():
           try:
             call()

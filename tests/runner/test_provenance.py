@@ -9,6 +9,7 @@ import pytest
 
 import t5_tasks  # pylint: disable=unused-import  # registers the tasks
 from models.config import T5Config
+from runner import configs
 from runner import evaluate
 from runner import outputs
 from runner import provenance
@@ -36,8 +37,8 @@ def _train(model_dir, steps, **overrides):
 
 
 def _evaluate(checkpoint_path, output_dir):
-  return evaluate.evaluate(mixture_or_task_name=TASK, task_feature_lengths=LENGTHS,
-                           checkpoint_path=str(checkpoint_path), output_dir=str(output_dir), batch_size=4)
+  return evaluate.evaluate(dataset=configs.DatasetConfig(TASK, LENGTHS, "test", 4),
+                           checkpoint_path=str(checkpoint_path), output_dir=str(output_dir))
 
 
 def test_evaluating_a_later_checkpoint_into_the_same_directory_is_refused(tmp_path):

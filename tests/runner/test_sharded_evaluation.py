@@ -12,15 +12,15 @@ def test_evaluation_on_a_2x4_mesh_shards_the_model_and_matches_one_device(run_py
       from models import scoring
       from models.config import T5Config
       from models.network import init_params
-      from runner import checkpoints, evaluate, outputs, partitioning, scorers, scoring_loop
+      from runner import checkpoints, configs, evaluate, outputs, partitioning, scorers, scoring_loop
 
       config = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
                         num_encoder_layers=2, num_decoder_layers=2)
       checkpoints.save_params("ckpt/params", init_params(config, jax.random.PRNGKey(4)))
       checkpoints.write_model_config("ckpt", config)
       lengths = {{"inputs": 256, "targets": 64}}
-      evaluate.evaluate(mixture_or_task_name="asq_intent_cloze", task_feature_lengths=lengths,
-                        checkpoint_path="ckpt", output_dir="sharded", batch_size=8, mesh_shape=(2, 4))
+      evaluate.evaluate(dataset=configs.DatasetConfig("asq_intent_cloze", lengths, "test", 8),
+                        checkpoint_path="ckpt", output_dir="sharded", partitioner=partitioning.Partitioner((2, 4)))
 
       # The parameters are split over the model axis: each device holds a quarter of the MLP.
       mesh = partitioning.create_mesh(2, 4)

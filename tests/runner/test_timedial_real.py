@@ -13,6 +13,7 @@ import t5_tasks  # pylint: disable=unused-import  # registers the tasks
 from models.config import T5Config
 from models.network import init_params
 from runner import checkpoints
+from runner import configs
 from runner import evaluate
 from runner import outputs
 from scripts import run_baseline
@@ -48,9 +49,8 @@ def test_real_items_scored_by_a_model_and_by_the_baseline_with_the_same_metrics(
   checkpoint = tmp_path / "ckpt"
   checkpoints.save_params(str(checkpoint / "params"), init_params(CONFIG, jax.random.PRNGKey(0)))
   checkpoints.write_model_config(str(checkpoint), CONFIG)
-  model_metrics = evaluate.evaluate(mixture_or_task_name=TASK, task_feature_lengths=LENGTHS,
-                                    checkpoint_path=str(checkpoint), output_dir=str(tmp_path / "model"),
-                                    batch_size=40)
+  model_metrics = evaluate.evaluate(dataset=configs.DatasetConfig(TASK, LENGTHS, "test", 40),
+                                    checkpoint_path=str(checkpoint), output_dir=str(tmp_path / "model"))
   console = capsys.readouterr().out
   assert (f"{real_timedial}: 400 TimeDial items; incorrect options by rule: "
           + ", ".join(f"{rule} {n['options']} ({n['items']} items)" for rule, n in rules.items())) in console

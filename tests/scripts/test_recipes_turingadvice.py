@@ -201,7 +201,7 @@ def test_the_generation_recipe_samples_as_the_paper_does(monkeypatch, tmp_path):
   def loaded(checkpoint_path, model_config, *args):
     del args
     seen.update(checkpoint_path=checkpoint_path)
-    return None, (model_config, None), None
+    return (model_config, None), None
 
   def sampling(config, params, vocabulary, input_ids, rng, **kwargs):
     del config, params, vocabulary, rng
