@@ -159,7 +159,7 @@ def training_command(run: Run, model_gin: str) -> tuple[list[str], list[str]]:
   return files, [f"MIXTURE_OR_TASK_NAME = {run.mixture!r}", f"MODEL_DIR = {run.model_dir!r}",
                  f"TRAIN_STEPS = {run.train_steps}", f"ACCUMULATION_STEPS = {run.accumulation_steps}",
                  f"BATCH_SIZE = {run.batch_size}", f"LEARNING_RATE = {run.learning_rate!r}",
-                 f"train.train.seed = {run.seed}"]
+                 f"SEED = {run.seed}"]
 
 
 def evaluation_command(run: Run, target: str, model_gin: str, task_name: Callable[[str], str]):

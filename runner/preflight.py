@@ -1,8 +1,9 @@
 """What a run is about to do, printed before it starts: processes, devices, mesh, batch and memory.
 
-`describe_run` gives the lines (every run prints them, and `python -m scripts.preflight` prints
-them from the same gin files without running anything); `check` stops a run whose memory plan
-(runner/memory_plan.py) does not fit the device, with the arithmetic and a mesh that would fit.
+`describe_run` gives the lines and `check` stops a run whose memory plan (runner/memory_plan.py)
+does not fit the device, with the arithmetic and a mesh that would fit. `for_training` does both
+for the objects `train.train` receives: every run calls it, and `python -m scripts.preflight` calls
+it with the same objects, which gin/runs/finetune.gin binds to both, without running anything.
 A mesh larger than this machine's devices (a pod slice planned from a laptop) is planned from
 shapes alone: nothing here creates a mesh or allocates.
 """
@@ -11,8 +12,10 @@ import collections
 import jax
 
 from models.config import T5Config
+from runner import configs
 from runner import memory_plan
 from runner import partitioning
+from runner import trainer
 
 
 def _plan(config, mesh_shape, batch_size, feature_lengths, optimizer, accumulation_steps, remat, objective,
@@ -91,3 +94,25 @@ def check(config: T5Config, *, mesh_shape, batch_size: int, feature_lengths: dic
     message += (f"It would fit on {alternative.settings()}: {mib(alternative.total)} "
                 f"({data * model} devices); e.g. {' '.join(flags)}.")
   raise ValueError(message)
+
+
+def for_training(*, model_config: T5Config, train_dataset: configs.DatasetConfig,
+                 training: configs.TrainingConfig, partitioner: partitioning.Partitioner) -> list[str]:
+  """Prints a training run's preflight (process 0) and stops the run when its memory plan does not
+  fit its devices (`check`), before anything is allocated; returns the lines. Joins the hosts,
+  but makes no mesh: a pod slice's mesh is planned from shapes. Batches without configured lengths
+  (a batch source's) have none to plan with: nothing is printed."""
+  if train_dataset.task_feature_lengths is None:
+    return []
+  partitioner.initialize()
+  settings = dict(mesh_shape=partitioner.axes(), batch_size=train_dataset.batch_size,
+                  feature_lengths=train_dataset.task_feature_lengths,
+                  optimizer=training.optimizer or trainer.make_optimizer(),
+                  accumulation_steps=training.accumulation_steps, remat=model_config.remat,
+                  objective=training.objective, rules=partitioner.rules,
+                  device_memory_gib=training.device_memory_gib)
+  lines = describe_run(model_config, **settings)
+  if jax.process_index() == 0:
+    print("\n".join(lines), flush=True)
+  check(model_config, **settings)
+  return lines

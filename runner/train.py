@@ -3,14 +3,15 @@
 Reads top to bottom: join the hosts, build the mesh, restore the latest checkpoint (or start
 from INITIAL_CHECKPOINT_PATH / random weights), then loop: global batch, train step, log,
 checkpoint. The same program runs on a laptop CPU, one GPU and a TPU pod slice; only gin
-bindings change. `train(...)` is a plain function: tests call it with arguments, scripts/train.py
-through gin (`gin/runs/finetune.gin`).
+bindings change. `train(...)` takes t5x's settings objects (runner/configs.py) and a
+`partitioning.Partitioner`: tests build them, scripts/train.py has gin bind them
+(`gin/runs/finetune.gin`).
 """
 import dataclasses
 import functools
 import json
 import math
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 import jax
 import numpy as np
@@ -22,6 +23,7 @@ from models.config import T5Config
 from models.network import init_params
 from runner import checkpoint_integrity
 from runner import checkpoints
+from runner import configs
 from runner import data
 from runner import host_memory
 from runner import outputs
@@ -51,11 +53,11 @@ class NonFiniteLossError(FloatingPointError):
   pass
 
 
-def _initial_params(config, objective: trainer.Objective, initial_checkpoint_path, seed, mesh=None,
-                    rules=None):
+def _initial_params(config, objective: trainer.Objective, initial_checkpoint_path, seed,
+                    partitioner: partitioning.Partitioner | None = None):
   """Random parameters, or INITIAL_CHECKPOINT_PATH's; a reward model gets a head unless it has one."""
   rng = jax.random.PRNGKey(seed)
-  loaded = (checkpoints.load_params(initial_checkpoint_path, config, partitioning.Partitioner.for_mesh(mesh, rules))[1]
+  loaded = (checkpoints.load_params(initial_checkpoint_path, config, partitioner)[1]
             if initial_checkpoint_path else None)
   if not objective.reward_head:
     params = loaded if loaded is not None else init_params(config, rng)
@@ -65,7 +67,8 @@ def _initial_params(config, objective: trainer.Objective, initial_checkpoint_pat
   return reward_lib.init_reward_params(config, rng, loaded)
 
 
-def _initialise_or_restore(manager, config, goal, optimizer, initial_checkpoint_path, seed, mesh, rules):
+def _initialise_or_restore(manager, config, goal, optimizer, initial_checkpoint_path, seed,
+                           partitioner: partitioning.Partitioner):
   """(step, params, opt_state, (params shardings, optimizer state shardings)) to start from.
 
   The latest checkpoint in `manager` that reads (a damaged later one is reported and passed over;
@@ -75,8 +78,8 @@ def _initialise_or_restore(manager, config, goal, optimizer, initial_checkpoint_
   """
   random_init = functools.partial(_initial_params, config, goal, None, seed)
   abstract_params = jax.eval_shape(random_init)
-  params_shardings = partitioning.param_shardings(abstract_params, config, mesh, rules)
-  opt_shardings = partitioning.opt_state_shardings(optimizer, abstract_params, params_shardings, mesh)
+  params_shardings = partitioner.param_shardings(abstract_params, config)
+  opt_shardings = partitioner.opt_state_shardings(optimizer, abstract_params, params_shardings)
   shardings = (params_shardings, opt_shardings)
   restored, damaged = checkpoints.restore_readable(
       manager, partitioning.with_shardings(abstract_params, params_shardings),
@@ -91,7 +94,7 @@ def _initialise_or_restore(manager, config, goal, optimizer, initial_checkpoint_
     step, params, opt_state, _ = restored  # the data position is the step: one batch per step
     return step, params, opt_state, shardings
   if initial_checkpoint_path:
-    params = jax.device_put(_initial_params(config, goal, initial_checkpoint_path, seed, mesh, rules),
+    params = jax.device_put(_initial_params(config, goal, initial_checkpoint_path, seed, partitioner),
                             params_shardings)
   else:  # created in place, shard by shard: a large model never sits whole on one device
     params = jax.jit(random_init, out_shardings=params_shardings)()
@@ -161,30 +164,31 @@ def check_settings(*, train_steps: int, batch_size: int, accumulation_steps: int
                      "model whose vocab_size holds the vocabulary")
 
 
-def _print_preflight(model_config, mesh, *, batch_size, feature_lengths, device_memory_gib, **plan_settings):
-  """Prints what the run is about to do (runner/preflight.py: processes, devices, mesh, batch,
-  memory plan), and each process the rows of every global batch its devices hold; stops a run whose
-  memory plan does not fit its devices, before anything is allocated. Batches from a
-  `batch_source` have no configured lengths to plan with: none is printed."""
-  if feature_lengths is None:
+def _print_preflight(model_config, dataset: configs.DatasetConfig, training: configs.TrainingConfig,
+                     partitioner: partitioning.Partitioner) -> None:
+  """Prints what the run is about to do (`preflight.for_training`: processes, devices, mesh, batch,
+  memory plan; it stops a run whose plan does not fit), and each process the rows of every global
+  batch its devices hold. Batches without configured lengths have none to plan with: none is printed."""
+  if not run_preflight.for_training(model_config=model_config, train_dataset=dataset, training=training,
+                                    partitioner=partitioner):
     return
-  settings = dict(mesh_shape=(mesh.shape["data"], mesh.shape["model"]), batch_size=batch_size,
-                  feature_lengths=feature_lengths, remat=model_config.remat,
-                  device_memory_gib=device_memory_gib, **plan_settings)
-  if jax.process_index() == 0:
-    print("\n".join(run_preflight.describe_run(model_config, **settings)), flush=True)
-  first, end = partitioning.process_rows(mesh, batch_size, plan_settings["rules"])
+  first, end = partitioner.process_rows(dataset.batch_size)
   print(f"data: process {jax.process_index()} of {jax.process_count()} holds rows {first}-{end - 1} "
-        f"of each global batch of {batch_size}", flush=True)
-  run_preflight.check(model_config, **settings)
+        f"of each global batch of {dataset.batch_size}", flush=True)
 
 
-def _data_record(name, split) -> dict:
+def _data_record(name, split, tasks) -> dict:
   """What each training task reads (files by content, examples, the tasks' configuration), as
   MODEL_DIR/data_files.json keeps it."""
-  described, configuration = data.tasks_provenance(data.tasks_with_split(name, split))
+  described, configuration = data.tasks_provenance(tasks)
   record = {"mixture_or_task_name": name, "split": split, "tasks": described, "task_configuration": configuration}
   return json.loads(json.dumps(record))
+
+
+def _vocabulary_size(tasks) -> int | None:
+  """The most ids any output feature of the training tasks' vocabularies has (None: no tasks)."""
+  sizes = [feature.vocabulary.vocab_size for task in tasks for feature in task.output_features.values()]
+  return max(sizes, default=None)
 
 
 def _check_data_record(model_dir, record: dict) -> None:
@@ -210,119 +214,126 @@ def _log_interval(log_every: int, train_steps: int) -> int:
   return max(1, min(log_every, train_steps // 10))
 
 
-def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_lengths=None,
-          train_steps: int, batch_size: int, model_dir: str, initial_checkpoint_path=None,
-          use_cached_tasks=False, objective="cross_entropy", optimizer=None, accumulation_steps=1,
-          z_loss=1e-4, seed=0, split="train", mesh_shape=(-1, 1),
-          logical_axis_rules=partitioning.STANDARD_LOGICAL_AXIS_RULES, multi_host=None,
-          checkpoint_every=1000, keep_checkpoints=3, log_every=50, compilation_cache_dir=None,
-          batch_source: Callable[[int], Iterator[dict]] | None = None, run_config: str | None = None,
-          vocabulary_size: int | None = None, normalize_reward_task: str | None = None,
-          normalize_reward_split: str = "train", eval_every: int | None = None,
-          eval_mixture_or_task_name: str | None = None, eval_split: str = "validation",
-          eval_metric_groups=None, best_metric: str | None = None, best_mode: str = "max",
-          device_memory_gib: float | None = None, eval_normalization: str = "token") -> TrainResult:
-  """Trains (or resumes training of) a model in `model_dir` up to `train_steps` steps.
+@dataclasses.dataclass(frozen=True)
+class BatchSource:
+  """Training batches from elsewhere than a seqio task (tests, benchmarks), as `train`'s
+  `train_dataset`: `batches(start_step)` yields whole numpy batches of `batch_size` rows, the same
+  on every host, one a step from `start_step`. With `task_feature_lengths` (the most tokens a batch
+  holds) the run prints its preflight and can evaluate during training; no task is read."""
+  batches: Callable[[int], Iterator[dict]]
+  batch_size: int
+  task_feature_lengths: Mapping[str, int] | None = None
 
-  Data comes from the seqio task or mixture, or from `batch_source(start_step)` (an iterator of
-  whole numpy batches, the same on every host) when given. `mesh_shape` is (data, model); -1 takes the rest.
-  `optimizer` defaults to `trainer.make_optimizer()` (Adafactor, constant 1e-3).
+  def __call__(self, start_step: int) -> Iterator[dict]:
+    return self.batches(start_step)
+
+  def as_dataset(self) -> configs.DatasetConfig:
+    """The batches' shape as a DatasetConfig of no task (the checks and evaluation read it)."""
+    return configs.DatasetConfig(None, self.task_feature_lengths, "train", self.batch_size)
+
+
+def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | BatchSource,
+          training: configs.TrainingConfig, checkpoint: configs.CheckpointConfig,
+          partitioner: partitioning.Partitioner, model_dir: str,
+          evaluation: configs.EvaluationConfig | None = None, run_config: str | None = None) -> TrainResult:
+  """Trains (or resumes training of) a model in `model_dir` up to `training.steps` steps.
+
+  Data comes from `train_dataset`: a DatasetConfig's seqio task or mixture, or a `BatchSource`.
+  The mesh and its rules are `partitioner`'s (it joins the hosts of a multi-host run first).
+  `training.optimizer` None is `trainer.make_optimizer()` (Adafactor, constant 1e-3).
   On SIGTERM or SIGINT the run saves a checkpoint at its current step and returns with
   preempted=True and the signal's number.
-  `compilation_cache_dir` keeps compiled steps on disk (process-wide), so a restart skips compiling.
   `run_config` (the gin configuration's text) is written to `model_dir/config.gin`, the data
-  files each task read to `model_dir/data_files.json`. `vocabulary_size`, when given, is checked
-  against the model's embedding before anything runs. Every run first prints its preflight
-  (runner/preflight.py) and stops when the memory plan does not fit the devices' memory
-  (`device_memory_gib`, default: what the device reports).
-  With `normalize_reward_task` (a reward objective), a run that reaches `train_steps` also writes
-  its reward model shifted so that the task's `normalize_reward_split` references score 0 on
-  average to `model_dir/normalized` (`runner.reward_normalization`; Stiennon et al. 2020, §3.4);
-  the training checkpoints stay as they are.
+  files each task read to `model_dir/data_files.json`. The tasks' vocabulary is checked against
+  the model's embedding before anything runs. Every run first prints its preflight
+  (`preflight.for_training`) and stops when the memory plan does not fit the devices' memory
+  (`training.device_memory_gib`, default: what the device reports).
+  With `training.normalize_reward_task` (a reward objective), a run that reaches `training.steps`
+  also writes its reward model shifted so that the task's `normalize_reward_split` references score
+  0 on average to `model_dir/normalized` (`runner.reward_normalization`; Stiennon et al. 2020,
+  §3.4); the training checkpoints stay as they are.
 
-  With `eval_every` (steps; 0 or None: off), every `eval_every` steps and at the end the run
-  scores `eval_split` of `eval_mixture_or_task_name` (default: the training mixture) with its
-  current parameters, as runner/evaluate.py does (the reward scorer for a reward objective, else
-  likelihood normalised by `eval_normalization`, offline evaluation's NORMALIZATION), adding each
-  group of `eval_metric_groups` ({group: [task names]}, or a function of the evaluated task names
-  returning it); it writes `eval/<task>/<metric>` TensorBoard scalars,
-  a line of `model_dir/eval_metrics.jsonl` and one console line. With `best_metric`
+  With `evaluation` (`every` steps; None or 0: off), every `every` steps and at the end the run
+  scores `evaluation.split` of `evaluation.mixture_or_task_name` (None: the training mixture) with
+  its current parameters, as runner/evaluate.py does (the reward scorer for a reward objective,
+  else likelihood normalised by `evaluation.normalization`), adding each group of
+  `evaluation.metric_groups`; it writes `eval/<task>/<metric>` TensorBoard scalars, a line of
+  `model_dir/eval_metrics.jsonl` and one console line. With `evaluation.best_metric`
   ('<task or group>/<metric>') it also keeps the best checkpoint by it (`best_mode` 'max' or
   'min'; a tie keeps the earlier step) in `model_dir/best`; resuming still restores the latest.
   """
-  goal = trainer.get_objective(objective)
-  if normalize_reward_task is not None and not goal.reward_head:
+  goal = trainer.get_objective(training.objective)
+  if training.normalize_reward_task is not None and not goal.reward_head:
     raise ValueError(f"normalize_reward_task needs a reward model (OBJECTIVE 'pairwise' or 'listwise'), "
-                     f"not {objective!r}")
+                     f"not {training.objective!r}")
   storage.check_reachable(model_dir, "MODEL_DIR")
-  partitioning.initialize_distributed(multi_host)
+  partitioner.initialize()
   host_memory.reuse_freed_memory()
-  if normalize_reward_task is not None and jax.process_count() > 1:
+  if training.normalize_reward_task is not None and jax.process_count() > 1:
     raise ValueError("normalize_reward_task runs in one process; on several hosts, run "
                      "scripts.normalize_reward after training")
-  mesh = partitioning.create_mesh(*mesh_shape)
-  check_settings(train_steps=train_steps, batch_size=batch_size, accumulation_steps=accumulation_steps,
-                 data_axis=partitioning.batch_blocks(mesh, partitioning.as_rules(logical_axis_rules)),
-                 model_config=model_config, vocabulary_size=vocabulary_size, checkpoint_every=checkpoint_every,
-                 keep_checkpoints=keep_checkpoints, log_every=log_every)
+  from_tasks = isinstance(train_dataset, configs.DatasetConfig)
+  dataset = train_dataset if from_tasks else train_dataset.as_dataset()
+  # The mixture is resolved once (an unknown name stops the run here, naming close ones).
+  tasks = data.tasks_with_split(dataset.mixture_or_task_name, dataset.split) if from_tasks else []
+  check_settings(train_steps=training.steps, batch_size=dataset.batch_size,
+                 accumulation_steps=training.accumulation_steps, data_axis=partitioner.batch_blocks(),
+                 model_config=model_config, vocabulary_size=_vocabulary_size(tasks),
+                 checkpoint_every=checkpoint.every, keep_checkpoints=checkpoint.keep, log_every=training.log_every)
   checkpoints.check_run_model(model_dir, model_config)
-  optimizer = optimizer or trainer.make_optimizer()
-  _print_preflight(model_config, mesh, batch_size=batch_size, feature_lengths=task_feature_lengths,
-                   optimizer=optimizer, accumulation_steps=accumulation_steps, objective=objective,
-                   rules=logical_axis_rules, device_memory_gib=device_memory_gib)
-  if batch_source is None:
-    _print_mixture(mixture_or_task_name, split)
-    data.require_examples(data.tasks_with_split(mixture_or_task_name, split), split)
-    data_record = _data_record(mixture_or_task_name, split)
+  if training.optimizer is None:
+    training = dataclasses.replace(training, optimizer=trainer.make_optimizer())
+  optimizer = training.optimizer
+  _print_preflight(model_config, dataset, training, partitioner)
+  if from_tasks:
+    _print_mixture(dataset.mixture_or_task_name, dataset.split)
+    data.require_examples(tasks, dataset.split)
+    data_record = _data_record(dataset.mixture_or_task_name, dataset.split, tasks)
     _check_data_record(model_dir, data_record)
-  if normalize_reward_task is not None:  # its references are read after the last step: check them before the first
-    data.require_examples(data.tasks_with_split(normalize_reward_task, normalize_reward_split), normalize_reward_split)
-  if compilation_cache_dir:
-    jax.config.update("jax_compilation_cache_dir", compilation_cache_dir)
-  rules = partitioning.as_rules(logical_axis_rules)
-  evaluation = training_evaluation.make(
-      eval_every=eval_every, eval_mixture_or_task_name=eval_mixture_or_task_name or mixture_or_task_name,
-      eval_split=eval_split, eval_metric_groups=eval_metric_groups, best_metric=best_metric,
-      best_mode=best_mode, goal=goal, model_config=model_config, task_feature_lengths=task_feature_lengths,
-      batch_size=batch_size, mesh=mesh, rules=rules, use_cached=use_cached_tasks, model_dir=model_dir,
-      normalization=eval_normalization)
+  if training.normalize_reward_task is not None:  # its references are read after the last step: check them before the first
+    data.require_examples(data.tasks_with_split(training.normalize_reward_task, training.normalize_reward_split),
+                          training.normalize_reward_split)
+  if training.compilation_cache_dir:
+    jax.config.update("jax_compilation_cache_dir", training.compilation_cache_dir)
+  evaluator = training_evaluation.make(evaluation, goal=goal, model_config=model_config, train_dataset=dataset,
+                                       partitioner=partitioner, model_dir=model_dir)
 
-  manager = checkpoints.checkpoint_manager(model_dir, keep_checkpoints)
+  manager = checkpoints.checkpoint_manager(model_dir, checkpoint.keep)
   step, params, opt_state, shardings = _initialise_or_restore(
-      manager, model_config, goal, optimizer, initial_checkpoint_path, seed, mesh, rules)
+      manager, model_config, goal, optimizer, checkpoint.initial_checkpoint_path, training.seed, partitioner)
   # Written once the run is known to start: a refused resume leaves the run's records as they were.
   if jax.process_index() == 0:  # evaluation and inference read the architecture from here
     checkpoints.write_model_config(model_dir, model_config)
     if run_config is not None:
       outputs.write_run_config(model_dir, run_config)
-    if batch_source is None:
+    if from_tasks:
       storage.write_text(run_dir.RunDir(model_dir).data_files, json.dumps(data_record, indent=2) + "\n")
   if step:
     print(f"resuming from the checkpoint of step {step} in {model_dir}", flush=True)
-  if evaluation is not None:
-    evaluation.resume(step)
+  if evaluator is not None:
+    evaluator.resume(step)
 
-  train_step = trainer.make_train_step(model_config, optimizer, mesh, *shardings,
-                                       objective=objective, accumulation_steps=accumulation_steps,
-                                       z_loss=z_loss, dropout_seed=seed, rules=rules)
-  if batch_source is not None:
-    batches = batch_source(step)
+  train_step = trainer.make_train_step(model_config, optimizer, partitioner, *shardings,
+                                       objective=training.objective, accumulation_steps=training.accumulation_steps,
+                                       z_loss=training.z_loss, dropout_seed=training.seed)
+  if not from_tasks:
+    batches = train_dataset(step)
   else:  # one batch per step (accumulation splits it), so the data position is the step
-    batches = data.train_batches(mixture_or_task_name, task_feature_lengths, batch_size,
-                                 candidates=goal.candidates, split=split, seed=seed, start_step=step,
-                                 use_cached=use_cached_tasks)
+    batches = data.train_batches(dataset.mixture_or_task_name, dataset.task_feature_lengths, dataset.batch_size,
+                                 candidates=goal.candidates, split=dataset.split, seed=dataset.seed,
+                                 start_step=step, use_cached=dataset.use_cached)
   writer = _metric_writer(model_dir)
   # MFU on the progress line where the devices' peak is published (none on a CPU); candidate batches'
   # decoder rows vary with each item's candidates, so those objectives print none.
+  lengths = dataset.task_feature_lengths
   peak = flops.peak_flops_per_second([device.device_kind for device in jax.devices()])
-  step_flops = (flops.training_flops(model_config, batch_size, task_feature_lengths["inputs"],
-                                     task_feature_lengths["targets"])
-                if peak and task_feature_lengths and not goal.candidates else None)
+  step_flops = (flops.training_flops(model_config, dataset.batch_size, lengths["inputs"], lengths["targets"])
+                if peak and lengths and not goal.candidates else None)
+  train_steps = training.steps
   progress = Progress("step", train_steps, "steps", flops_per_unit=step_flops, peak_flops=peak)
   progress.done = step
   pending, last_metrics, preempted, saved_step = [], {}, False, step
-  log_interval = _log_interval(log_every, train_steps)
-
+  log_interval = _log_interval(training.log_every, train_steps)
   def check_finite():
     """Raises on a non-finite loss, gradient or parameter norm among the steps not yet checked."""
     for pending_step, metrics in jax.device_get(pending):
@@ -345,7 +356,7 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
 
   def evaluate_now():
     check_finite()  # a diverged run stops here, not in a metric of NaN scores
-    evaluation(step, params, writer)
+    evaluator(step, params, writer)
 
   def save():
     nonlocal saved_step
@@ -355,14 +366,14 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
     if checkpoints.save(manager, step, params, opt_state, {"batches": step}):
       saved_step = step
 
-  if evaluation is not None and step and step % eval_every == 0 and step not in evaluation.evaluated_steps:
+  if evaluator is not None and step and step % evaluator.every == 0 and step not in evaluator.evaluated_steps:
     evaluate_now()  # a run stopped by a signal at an evaluation step saved it unevaluated
   # clu's periodic actions would do for these two, but clu.periodic_actions imports its TensorFlow
   # summary writer, and the GPU machines have no TensorFlow.
   with checkpoints.PreemptionGuard(manager) as guard:
     while step < train_steps:
       batch = next(batches)
-      params, opt_state, metrics = train_step(params, opt_state, partitioning.global_batch(batch, mesh, rules), step)
+      params, opt_state, metrics = train_step(params, opt_state, partitioner.global_batch(batch), step)
       pending.append((step, metrics))
       step += 1
       progress.advance(1, _real_tokens(batch))
@@ -372,22 +383,22 @@ def train(*, model_config: T5Config, mixture_or_task_name=None, task_feature_len
         preempted = True
         break
       # Before the step's checkpoint: the best of a step is on disk before the latest one is.
-      if evaluation is not None and step % eval_every == 0:
+      if evaluator is not None and step % evaluator.every == 0:
         evaluate_now()
-      if step % checkpoint_every == 0:
+      if step % checkpoint.every == 0:
         save()
-    if evaluation is not None and not preempted and step not in evaluation.evaluated_steps:
+    if evaluator is not None and not preempted and step not in evaluator.evaluated_steps:
       evaluate_now()  # the end of the run
     save()
   checkpoints.finish(manager)
   if writer is not None:
     writer.flush()
-  if normalize_reward_task is not None and not preempted:
-    with partitioning.activate(mesh, rules):
+  if training.normalize_reward_task is not None and not preempted:
+    with partitioner.activate():
       reward_normalization.normalize(
           model_config, params, source=model_dir,
           output_dir=run_dir.RunDir(model_dir).normalized,
-          task_name=normalize_reward_task, split=normalize_reward_split,
-          feature_lengths=task_feature_lengths, batch_size=batch_size)
+          task_name=training.normalize_reward_task, split=training.normalize_reward_split,
+          feature_lengths=lengths, batch_size=dataset.batch_size)
   return TrainResult(step=step, params=params, preempted=preempted, metrics=last_metrics,
                      signal_number=guard.signal_number)

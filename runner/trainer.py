@@ -146,10 +146,11 @@ def _compiler_options(mesh):
   return None
 
 
-def make_train_step(config: T5Config, optimizer, mesh, params_shardings, opt_shardings, *,
-                    objective="cross_entropy", accumulation_steps=1, z_loss=1e-4, dropout_seed=0,
-                    rules=partitioning.STANDARD_LOGICAL_AXIS_RULES):
-  """train_step(params, opt_state, batch, step) -> (params, opt_state, metrics), jitted on `mesh`.
+def make_train_step(config: T5Config, optimizer, partitioner: partitioning.Partitioner, params_shardings,
+                    opt_shardings, *, objective="cross_entropy", accumulation_steps=1, z_loss=1e-4,
+                    dropout_seed=0):
+  """train_step(params, opt_state, batch, step) -> (params, opt_state, metrics), jitted on the
+  partitioner's mesh and traced inside its rules.
 
   Parameters and optimizer state keep their shardings and are donated; batches are split over the
   data axis; metrics (loss, grad_norm, accuracy, ...) come back as replicated scalars.
@@ -186,21 +187,20 @@ def make_train_step(config: T5Config, optimizer, mesh, params_shardings, opt_sha
     metrics.update(grad_norm=optax.tree.norm(grads), param_norm=optax.tree.norm(params), units=units)
     return params, opt_state, metrics
 
-  replicated = NamedSharding(mesh, PartitionSpec())
-  batch_sharding = partitioning.batch_sharding(mesh, rules)
+  replicated = NamedSharding(partitioner.mesh, PartitionSpec())
   jitted = jax.jit(train_step,
-                   in_shardings=(params_shardings, opt_shardings, batch_sharding, replicated),
+                   in_shardings=(params_shardings, opt_shardings, partitioner.batch_sharding(), replicated),
                    out_shardings=(params_shardings, opt_shardings, replicated),
-                   donate_argnums=(0, 1), compiler_options=_compiler_options(mesh))
+                   donate_argnums=(0, 1), compiler_options=_compiler_options(partitioner.mesh))
 
   def run(params, opt_state, batch, step):
-    with partitioning.activate(mesh, rules):
+    with partitioner.activate():
       return jitted(params, opt_state, batch, jnp.asarray(step, jnp.int32))
 
   def lower(params, opt_state, batch, step):
     """The step lowered for these shapes, inside the mesh and rules: `.compile().memory_analysis()`
     is XLA's own account of its memory, which runner/memory_plan.py is checked against."""
-    with partitioning.activate(mesh, rules):
+    with partitioner.activate():
       return jitted.lower(params, opt_state, batch, step)
   run.lower = lower
   return run

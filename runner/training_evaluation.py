@@ -13,6 +13,7 @@ import numpy as np
 from runner import checkpoints
 from runner import data
 from runner import run_dir
+from runner import configs
 from runner import partitioning
 from runner import scorers
 from runner import scoring_loop
@@ -112,11 +113,12 @@ class _Evaluation:
   line to MODEL_DIR/eval_metrics.jsonl, prints one line, and keeps the best checkpoint by
   BEST_METRIC in MODEL_DIR/best (t5x's eval_period and keep-best)."""
 
-  def __init__(self, *, tasks, groups, split, feature_lengths, batch_size, score_fn, mesh, rules,
+  def __init__(self, *, every, tasks, groups, split, feature_lengths, batch_size, score_fn, partitioner,
                use_cached, model_dir, best_metric, best_mode):
+    self.every = every  # steps between evaluations
     self.tasks, self.groups, self.split = tasks, groups, split
     self.feature_lengths, self.batch_size, self.score_fn = feature_lengths, batch_size, score_fn
-    self.mesh, self.rules, self.use_cached = mesh, rules, use_cached
+    self.partitioner, self.use_cached = partitioner, use_cached
     self.best_metric, self.best_mode = best_metric, best_mode
     self.path = run_dir.RunDir(model_dir).eval_metrics
     self.model_dir = model_dir
@@ -149,7 +151,7 @@ class _Evaluation:
     evaluated = scoring_loop.evaluate_tasks(
         self.tasks, self.split, self.score_fn, params, scoring_loop.RecordsInMemory(),
         feature_lengths=self.feature_lengths, batch_size=self.batch_size, metric_groups=self.groups,
-        partitioner=None if self.mesh is None else partitioning.Partitioner.for_mesh(self.mesh, self.rules), use_cached=self.use_cached)
+        partitioner=self.partitioner, use_cached=self.use_cached)
     return _flat_metrics(evaluated.metrics)
 
   def _improves(self, value: float) -> bool:
@@ -188,32 +190,34 @@ class _Evaluation:
     return metrics
 
 
-def make(*, eval_every, eval_mixture_or_task_name, eval_split, eval_metric_groups, best_metric,
-         best_mode, goal, model_config, task_feature_lengths, batch_size, mesh, rules,
-         use_cached, model_dir, normalization: str = "token") -> _Evaluation | None:
-  """The run's evaluation during training, its settings checked; None when EVAL_EVERY is off.
-  `normalization` is offline evaluation's NORMALIZATION (`models.scoring.NORMALIZATIONS`)."""
-  if not eval_every:
-    if best_metric is not None:
-      raise ValueError(f"BEST_METRIC {best_metric!r} needs evaluation during training: set EVAL_EVERY")
+def make(evaluation: configs.EvaluationConfig | None, *, goal, model_config, train_dataset: configs.DatasetConfig,
+         partitioner: partitioning.Partitioner, model_dir: str) -> _Evaluation | None:
+  """The run's evaluation during training, its settings checked; None when `evaluation` is None or
+  its `every` is 0. It scores at the training batch's size and feature lengths; its
+  `mixture_or_task_name` None evaluates what the run trains on (`train_dataset`'s)."""
+  if evaluation is None or not evaluation.every:
+    if evaluation is not None and evaluation.best_metric is not None:
+      raise ValueError(f"BEST_METRIC {evaluation.best_metric!r} needs evaluation during training: set EVAL_EVERY")
     return None
-  if not isinstance(eval_every, (int, np.integer)) or isinstance(eval_every, bool) or eval_every < 0:
-    raise ValueError(f"EVAL_EVERY must be a whole number of steps (0 or None: no evaluation), got {eval_every!r}")
-  if eval_mixture_or_task_name is None:
+  every, best_metric, best_mode = evaluation.every, evaluation.best_metric, evaluation.best_mode
+  if not isinstance(every, (int, np.integer)) or isinstance(every, bool) or every < 0:
+    raise ValueError(f"EVAL_EVERY must be a whole number of steps (0 or None: no evaluation), got {every!r}")
+  name = evaluation.mixture_or_task_name or train_dataset.mixture_or_task_name
+  if name is None:
     raise ValueError("evaluation during training needs EVAL_MIXTURE_OR_TASK_NAME (or MIXTURE_OR_TASK_NAME)")
   if jax.process_count() > 1:
     raise ValueError("evaluation during training runs in one process; on several hosts, set EVAL_EVERY = 0 "
                      "and evaluate the checkpoints with scripts.evaluate")
-  tasks = _eval_tasks(eval_mixture_or_task_name, eval_split)
+  tasks = _eval_tasks(name, evaluation.split)
   # A reward model's scores are its rewards; any other model's, its likelihoods (as evaluate's SCORER).
   scorer = "reward" if goal.reward_head else "likelihood"
   scorers.check_metrics_scorable(tasks, scorer)  # before the first step: a metric it cannot give
   names = [task.name for task in tasks]
-  groups = _metric_groups(eval_metric_groups, names)
+  groups = _metric_groups(evaluation.metric_groups, names)
   if best_metric is not None:
-    _check_best_metric(best_metric, best_mode, names + list(groups), eval_mixture_or_task_name)
-  return _Evaluation(tasks=tasks, groups=groups, split=eval_split, feature_lengths=task_feature_lengths,
-                     batch_size=batch_size,
-                     score_fn=scorers.make_score_fn(model_config, scorer, normalization, None if mesh is None else partitioning.Partitioner.for_mesh(mesh, rules)),
-                     mesh=mesh, rules=rules, use_cached=use_cached, model_dir=model_dir,
+    _check_best_metric(best_metric, best_mode, names + list(groups), name)
+  return _Evaluation(every=every, tasks=tasks, groups=groups, split=evaluation.split,
+                     feature_lengths=train_dataset.task_feature_lengths, batch_size=train_dataset.batch_size,
+                     score_fn=scorers.make_score_fn(model_config, scorer, evaluation.normalization, partitioner),
+                     partitioner=partitioner, use_cached=train_dataset.use_cached, model_dir=model_dir,
                      best_metric=best_metric, best_mode=best_mode)

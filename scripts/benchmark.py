@@ -211,7 +211,7 @@ def training_suite(bench: Bench) -> list[dict]:
   optimizer = trainer.make_optimizer("adafactor", learning_rate=1e-3)
   mesh = partitioning.create_mesh(1, 1, devices=jax.devices()[:1])
   shardings = partitioning.param_shardings(bench.params, c, mesh)
-  step = trainer.make_train_step(c, optimizer, mesh, shardings,
+  step = trainer.make_train_step(c, optimizer, partitioning.Partitioner.for_mesh(mesh), shardings,
                                  partitioning.opt_state_shardings(optimizer, bench.params, shardings, mesh), z_loss=0.0)
   # The step donates its state, so it trains a copy; the other suites keep the original weights.
   params = jax.device_put(jax.tree.map(np.array, bench.params), shardings)

@@ -9,7 +9,7 @@ Scores every reference of MIXTURE_OR_TASK_NAME's SPLIT (by default the TL;DR ref
 §3.4) and writes the result as a params-only checkpoint to NORMALIZED_CHECKPOINT_PATH, with
 normalization.json (the offset, the references). The source checkpoint is left as it was; a
 directory that is not an earlier normalisation is refused. Use the new directory as
-REWARD_CHECKPOINT_PATH. Training can do the same at its end: train.train.normalize_reward_task.
+REWARD_CHECKPOINT_PATH. Training can do the same at its end: configs.TrainingConfig.normalize_reward_task.
 """
 from typing import Sequence
 

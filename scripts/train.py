@@ -24,9 +24,7 @@ from scripts import gin_cli
 
 def main(argv: Sequence[str]) -> None:
   gin_cli.start(argv)
-  from t5_tasks import vocab  # pylint: disable=g-import-not-at-top  # after gin: the run's vocabulary
-  result = gin.get_configurable(train_lib.train)(run_config=gin.config_str(),
-                                                 vocabulary_size=vocab.get_vocabulary().vocab_size)
+  result = gin.get_configurable(train_lib.train)(run_config=gin.config_str())
   if result.signal_number is None:
     print(f"stopped at step {result.step}", flush=True)
     return

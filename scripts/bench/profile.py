@@ -82,7 +82,7 @@ def training_phases(bench, batch):
   opt_shardings = partitioning.opt_state_shardings(optimizer, params, shardings, mesh)
   global_batch = partitioning.global_batch(batch, mesh)
   for name, accumulation in [("jax/train_step", 1), ("jax/train_step_accumulate_2", 2)]:
-    step = trainer.make_train_step(c, optimizer, mesh, shardings, opt_shardings, z_loss=0.0,
+    step = trainer.make_train_step(c, optimizer, partitioning.Partitioner.for_mesh(mesh), shardings, opt_shardings, z_loss=0.0,
                                    accumulation_steps=accumulation)
     # The step donates its state, so each trains its own copy.
     state = {"params": jax.device_put(jax.tree.map(np.array, params), shardings)}

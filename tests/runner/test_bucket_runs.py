@@ -15,7 +15,9 @@ from models import checkpoint_export
 from models import checkpoint_import
 from models.config import T5Config
 from runner import checkpoints
+from runner import configs
 from runner import outputs
+from runner import partitioning
 from runner import run_dir
 from runner import train
 import storage
@@ -52,10 +54,12 @@ def test_evaluation_during_training_and_the_best_checkpoint_live_in_the_bucket(b
 def test_a_reward_model_is_normalised_into_the_bucket_and_loads_from_it(bucket):
   import t5_tasks  # pylint: disable=g-import-not-at-top,unused-import  # registers the tasks
   model_dir = f"{bucket}/reward"
-  train.train(model_config=REWARD_TINY, mixture_or_task_name="summarize_feedback_preference",
-              objective="pairwise", task_feature_lengths={"inputs": INPUT_LENGTH, "targets": 128},
-              train_steps=2, batch_size=4, model_dir=model_dir, log_every=1000,
-              normalize_reward_task="summarize_feedback_sft")
+  train.train(model_config=REWARD_TINY,
+              train_dataset=configs.DatasetConfig("summarize_feedback_preference",
+                                                  {"inputs": INPUT_LENGTH, "targets": 128}, "train", 4),
+              training=configs.TrainingConfig(2, objective="pairwise", log_every=1000,
+                                              normalize_reward_task="summarize_feedback_sft"),
+              checkpoint=configs.CheckpointConfig(), partitioner=partitioning.Partitioner(), model_dir=model_dir)
   normalized = run_dir.RunDir(model_dir).normalized
   record = json.loads(storage.read_text(storage.join(normalized, "normalization.json")))
   _, trained = checkpoints.load_params(model_dir)
@@ -67,7 +71,7 @@ def test_a_reward_model_is_normalised_into_the_bucket_and_loads_from_it(bucket):
 
 def test_a_bucket_checkpoint_exports_to_hugging_face_in_the_bucket(bucket):
   model_dir = f"{bucket}/run"
-  _train(model_dir, 2, eval_every=None, best_metric=None)
+  _train(model_dir, 2, every=0, best_metric=None)
   config, params = checkpoints.load_params(model_dir)
   export = f"{bucket}/hf"
   checkpoint_export.save_hf_t5(export, config, params)
@@ -129,11 +133,11 @@ def test_a_run_in_a_missing_bucket_stops_before_compiling_in_one_line(gcs_emulat
 def test_a_damaged_step_in_a_bucket_is_set_aside_and_the_run_resumes_from_the_one_before(bucket, capsys):
   """A bucket has no rename: the damaged step's objects are copied to `<step>.damaged` and deleted."""
   model_dir = f"{bucket}/run"
-  _train(model_dir, 4, eval_every=None, best_metric=None)  # checkpoints at steps 2 and 4
+  _train(model_dir, 4, every=0, best_metric=None)  # checkpoints at steps 2 and 4
   layout = run_dir.RunDir(model_dir)
   storage.remove(storage.join(layout.checkpoints, "4", "params", "_METADATA"))
   capsys.readouterr()
-  result = _train(model_dir, 4, eval_every=None, best_metric=None)
+  result = _train(model_dir, 4, every=0, best_metric=None)
   assert result.step == 4
   assert f"checkpoint step 4 in {layout.checkpoints} is unreadable" in capsys.readouterr().out
   assert storage.list_names(layout.checkpoints) == ["2", "4", "4.damaged"]

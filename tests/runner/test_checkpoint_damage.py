@@ -90,7 +90,7 @@ def _initialise_or_restore(run):
   mesh = partitioning.create_mesh(1, 1, devices=jax.devices()[:1])
   return train_lib._initialise_or_restore(  # pylint: disable=protected-access
       checkpoints.checkpoint_manager(str(run)), CONFIG, trainer.get_objective("cross_entropy"),
-      OPTIMIZER, None, 0, mesh, partitioning.as_rules(partitioning.STANDARD_LOGICAL_AXIS_RULES))
+      OPTIMIZER, None, 0, partitioning.Partitioner.for_mesh(mesh))
 
 
 def _assert_one_line_naming(message, step, damaged):

@@ -19,10 +19,11 @@ from models import scoring
 from models.config import T5Config
 from models.network import init_params
 from runner import checkpoints
-from runner import data
 from runner import configs
+from runner import data
 from runner import evaluate
 from runner import outputs
+from runner import partitioning
 from runner import train
 from scripts import build_tfds
 from t5_tasks import tasks
@@ -43,6 +44,13 @@ def gin_config():
 def _bind(files):
   with gin.unlock_config():
     gin.bind_parameter(FILES, files)
+
+
+def _train(task, model_dir, steps, log_every=1000):
+  return train.train(model_config=TINY, train_dataset=configs.DatasetConfig(task, LENGTHS, "train", 2),
+                     training=configs.TrainingConfig(steps, log_every=log_every),
+                     checkpoint=configs.CheckpointConfig(), partitioner=partitioning.Partitioner(),
+                     model_dir=str(model_dir))
 
 
 def _sha256(path) -> str:
@@ -91,8 +99,7 @@ def test_a_bucket_folder_is_identified_as_its_local_copy(bucket, tmp_path):
 def test_heap_cr_trains_on_the_released_commongen_folder(shared_data, gin_config, tmp_path):
   folder = shared_data / "heap" / "commongen"
   _bind({"heap/commongen": {"all": str(folder)}})
-  result = train.train(model_config=TINY, mixture_or_task_name="heap_cr", task_feature_lengths=LENGTHS,
-                       train_steps=2, batch_size=2, model_dir=str(tmp_path / "run"), log_every=1000)
+  result = _train("heap_cr", tmp_path / "run", 2)
   assert result.step == 2
   [record] = json.loads((tmp_path / "run" / train.DATA_FILES).read_text())["tasks"]["heap_cr"]["files"]
   sheets = sorted(folder.glob("*.csv"))
@@ -106,8 +113,7 @@ def test_asq_evaluates_with_its_test_file_alone(shared_data, gin_config, tmp_pat
   with pytest.raises(ValueError, match=r"^asq_intent_cloze: no 'train' split in the files bound \(\{'asq': "
                                        r"\{'test': '.*asq_test_first1000.json'\}.*: splits test\); bind a "
                                        r"'train' file in t5_tasks.tasks.data_files.files$"):
-    train.train(model_config=TINY, mixture_or_task_name="asq_intent_cloze", task_feature_lengths=LENGTHS,
-                train_steps=2, batch_size=2, model_dir=str(tmp_path / "run"))
+    _train("asq_intent_cloze", tmp_path / "run", 2, log_every=50)
   assert not (tmp_path / "run").exists()
 
   checkpoint = tmp_path / "ckpt"
@@ -137,8 +143,7 @@ def test_a_copied_run_resumes_and_keeps_its_evaluation_but_other_data_is_refused
     _bind({"heap/turingadvice": {"all": str(root / "data" / "advice.jsonl")}})
 
   def run_train(root, steps):
-    return train.train(model_config=TINY, mixture_or_task_name="heap_ah", task_feature_lengths=LENGTHS,
-                       train_steps=steps, batch_size=2, model_dir=str(root / "run"), log_every=1000)
+    return _train("heap_ah", root / "run", steps)
 
   def run_evaluate(root):
     return evaluate.evaluate(dataset=configs.DatasetConfig("heap_ah", LENGTHS, "test", 4),

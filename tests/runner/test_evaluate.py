@@ -288,11 +288,14 @@ def test_a_scorer_that_cannot_give_a_metric_is_refused_before_scoring(tmp_path, 
 
 
 def test_a_reward_run_evaluating_a_generation_task_is_refused_before_its_first_step(tmp_path):
+  from runner import partitioning  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError, match=r"^SCORER='reward' cannot evaluate turingadvice_generation: its metric "
                                        r"perplexity_metric_fn reads each item's log_likelihoods and tokens"):
-    train.train(model_config=CONFIG, mixture_or_task_name="heap_ah", task_feature_lengths=LENGTHS, train_steps=2,
-                batch_size=2, model_dir=str(tmp_path / "run"), objective="pairwise", eval_every=1,
-                eval_mixture_or_task_name=MIXTURE, eval_split=SPLIT)
+    train.train(model_config=CONFIG, train_dataset=configs.DatasetConfig("heap_ah", LENGTHS, "train", 2),
+                training=configs.TrainingConfig(2, objective="pairwise"),
+                checkpoint=configs.CheckpointConfig(), partitioner=partitioning.Partitioner(),
+                model_dir=str(tmp_path / "run"),
+                evaluation=configs.EvaluationConfig(every=1, mixture_or_task_name=MIXTURE, split=SPLIT))
   assert not (tmp_path / "run").exists()
 
 

@@ -23,6 +23,7 @@ from runner import checkpoints
 from runner import configs
 from runner import evaluate
 from runner import outputs
+from runner import partitioning
 from runner import train
 from runner import trainer
 from t5_tasks import families
@@ -118,9 +119,12 @@ def _correct_fraction(records):
 
 
 def _train(task, model_dir, objective, steps, learning_rate):
-  result = train.train(model_config=TINY, mixture_or_task_name=task, task_feature_lengths=LENGTHS,
-                       train_steps=steps, batch_size=BATCH, model_dir=str(model_dir), objective=objective,
-                       optimizer=trainer.make_optimizer(learning_rate=learning_rate), log_every=steps)
+  result = train.train(model_config=TINY, train_dataset=configs.DatasetConfig(task, LENGTHS, "train", BATCH),
+                       training=configs.TrainingConfig(
+                           steps, objective=objective, optimizer=trainer.make_optimizer(learning_rate=learning_rate),
+                           log_every=steps),
+                       checkpoint=configs.CheckpointConfig(), partitioner=partitioning.Partitioner(),
+                       model_dir=str(model_dir))
   assert result.step == steps and not result.preempted
 
 

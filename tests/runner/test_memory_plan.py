@@ -35,7 +35,7 @@ def measure(sizes, batch, lengths):
   abstract_params = jax.eval_shape(functools.partial(train_lib._initial_params, config, goal, None, 0))
   params_shardings = partitioning.param_shardings(abstract_params, config, mesh)
   opt_shardings = partitioning.opt_state_shardings(optimizer, abstract_params, params_shardings, mesh)
-  step = trainer.make_train_step(config, optimizer, mesh, params_shardings, opt_shardings)
+  step = trainer.make_train_step(config, optimizer, partitioning.Partitioner.for_mesh(mesh), params_shardings, opt_shardings)
   rows = partitioning.batch_sharding(mesh)
   batch_structs = {"input_ids": jax.ShapeDtypeStruct((batch, lengths["inputs"]), jnp.int32, sharding=rows),
                    "target_ids": jax.ShapeDtypeStruct((batch, lengths["targets"]), jnp.int32, sharding=rows)}

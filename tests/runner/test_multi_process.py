@@ -40,7 +40,8 @@ STEPS = 20
 # cost each of the seven training processes ~15 s more (the mixture is trained in tests/test_readme.py).
 TINY_FLAGS = [f"--gin.TRAIN_STEPS={STEPS}", "--gin.BATCH_SIZE=8", "--gin.MIXTURE_OR_TASK_NAME='heap_ah'",
               "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 16}",
-              "--gin_bindings=train.train.checkpoint_every = 4", "--gin_bindings=train.train.log_every = 1"]
+              "--gin_bindings=configs.CheckpointConfig.every = 4",
+              "--gin_bindings=configs.TrainingConfig.log_every = 1"]
 HEARTBEAT_SECONDS = 10  # how soon the coordination service declares a killed process lost
 
 

@@ -31,7 +31,8 @@ RUN = "gs://runs/pod/run"
 TRAIN = ["-m", "scripts.train", "--gin_file=gin/runs/finetune.gin", "--gin_file=gin/quickstart.gin",
          f"--gin.MODEL_DIR='{RUN}'", f"--gin.TRAIN_STEPS={STEPS}", "--gin.BATCH_SIZE=8",
          "--gin.MIXTURE_OR_TASK_NAME='heap_ah'", "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 16}",
-         "--gin_bindings=train.train.checkpoint_every = 4", "--gin_bindings=train.train.log_every = 1"]
+         "--gin_bindings=configs.CheckpointConfig.every = 4",
+         "--gin_bindings=configs.TrainingConfig.log_every = 1"]
 
 
 def _evaluate(output_dir):

@@ -65,13 +65,15 @@ def test_peak_flops_by_device_kind():
 def test_training_prints_mfu_for_a_device_of_known_peak_and_none_on_a_cpu(tmp_path, monkeypatch, capsys):
   import optax  # pylint: disable=g-import-not-at-top
   from models import flops  # pylint: disable=g-import-not-at-top
-  from runner import train  # pylint: disable=g-import-not-at-top
+  from runner import configs, partitioning, train  # pylint: disable=g-import-not-at-top
   from tests.runner.test_train_entry import TINY, numbered_batches  # pylint: disable=g-import-not-at-top
 
   def step_lines(name):
-    train.train(model_config=TINY, train_steps=2, batch_size=4, model_dir=str(tmp_path / name), log_every=1,
-                task_feature_lengths={"inputs": 10, "targets": 6}, optimizer=optax.sgd(0.0),
-                batch_source=numbered_batches)
+    train.train(model_config=TINY,
+                train_dataset=train.BatchSource(numbered_batches, 4, {"inputs": 10, "targets": 6}),
+                training=configs.TrainingConfig(2, optimizer=optax.sgd(0.0), log_every=1),
+                checkpoint=configs.CheckpointConfig(), partitioner=partitioning.Partitioner(),
+                model_dir=str(tmp_path / name))
     return [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
 
   assert len(step_lines("cpu")) == 2 and not any("MFU" in line for line in step_lines("cpu_again"))

@@ -12,6 +12,7 @@ from models.config import T5Config
 from runner import configs
 from runner import evaluate
 from runner import outputs
+from runner import partitioning
 from runner import provenance
 from runner import train
 from scripts import gin_cli
@@ -30,10 +31,13 @@ def gin_config():
   gin.clear_config()
 
 
-def _train(model_dir, steps, **overrides):
-  kwargs = dict(model_config=TINY, mixture_or_task_name=TASK, task_feature_lengths=LENGTHS,
-                train_steps=steps, batch_size=2, model_dir=str(model_dir), log_every=1000)
-  return train.train(**{**kwargs, **overrides})
+def _train(model_dir, steps, train_dataset=configs.DatasetConfig(TASK, LENGTHS, "train", 2), checkpoint_every=1000,
+           **training):
+  """A run on TASK (or `train_dataset`); `training`: TrainingConfig's fields."""
+  return train.train(model_config=TINY, train_dataset=train_dataset,
+                     training=configs.TrainingConfig(steps, **{"log_every": 1000, **training}),
+                     checkpoint=configs.CheckpointConfig(every=checkpoint_every),
+                     partitioner=partitioning.Partitioner(), model_dir=str(model_dir))
 
 
 def _evaluate(checkpoint_path, output_dir):
@@ -107,18 +111,24 @@ def test_an_empty_evaluation_split_stops_without_metrics(empty_advice_file, tmp_
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(train_steps=0), r"TRAIN_STEPS must be positive, got 0: the run would save nothing"),
-    (dict(train_steps=-5), r"TRAIN_STEPS must be positive, got -5"),
+    (dict(steps=0), r"TRAIN_STEPS must be positive, got 0: the run would save nothing"),
+    (dict(steps=-5), r"TRAIN_STEPS must be positive, got -5"),
     (dict(batch_size=0), r"BATCH_SIZE must be positive, got 0"),
     (dict(batch_size=3, accumulation_steps=2),
      r"BATCH_SIZE 3 does not split over the mesh's data axis \(1\) x "
      r"ACCUMULATION_STEPS \(2\); use a multiple of 2, e.g. 2"),
-    (dict(vocabulary_size=32128),
+    # The tasks' byte vocabulary with 31869 sentinels: 3 special ids + 256 bytes + 31869 = 32128 ids.
+    (dict(extra_ids=31869),
      r"the vocabulary has 32128 ids but MODEL_CONFIG.vocab_size is 384"),
 ])
-def test_preflight_stops_before_model_dir_exists(tmp_path, overrides, message):
+def test_preflight_stops_before_model_dir_exists(gin_config, tmp_path, overrides, message):
+  overrides = dict(overrides)
+  with gin.unlock_config():
+    gin.bind_parameter("t5_tasks.vocab.get_vocabulary.extra_ids", overrides.pop("extra_ids", 100))
+  steps = overrides.pop("steps", 2)
+  dataset = configs.DatasetConfig(TASK, LENGTHS, "train", overrides.pop("batch_size", 2))
   with pytest.raises(ValueError, match=message):
-    _train(tmp_path / "run", 2, **overrides)
+    _train(tmp_path / "run", steps, dataset, **overrides)
   assert not (tmp_path / "run").exists()
 
 
@@ -141,7 +151,7 @@ def test_a_short_run_reports_progress_at_least_every_tenth_of_its_steps(tmp_path
       # The shapes of _train's batches (LENGTHS): the step compiled for the test above is reused.
       yield {"input_ids": np.full((2, LENGTHS["inputs"]), 5, np.int32),
              "target_ids": np.full((2, LENGTHS["targets"]), 6, np.int32)}
-  _train(tmp_path / "run", 20, log_every=50, batch_source=batches)
+  _train(tmp_path / "run", 20, train.BatchSource(batches, 2, LENGTHS), log_every=50)
   reported = [int(m) for m in re.findall(r"^step (\d+)/20", capsys.readouterr().out, re.MULTILINE)]
   assert reported == list(range(2, 21, 2))
 

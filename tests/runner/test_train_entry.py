@@ -48,20 +48,29 @@ def run(model_dir, signal_at=None, signal_number=None, nan_from_update=None, sav
   import jax
   import jax.numpy as jnp
   import optax
-  from runner import train
+  from runner import configs, partitioning, train
   learning_rate = 1e-2
   if nan_from_update is not None:
     learning_rate = lambda count: jnp.where(count < nan_from_update, 1e-2, jnp.nan)
-  result = train.train(model_config=TINY, train_steps=STEPS, batch_size=4, model_dir=str(model_dir),
-                       checkpoint_every=3, keep_checkpoints=keep, log_every=4,
-                       optimizer=optax.adafactor(learning_rate),
-                       batch_source=lambda start: numbered_batches(
-                           start, signal_at, signal_number,
-                           committed=os.path.join(str(model_dir), "checkpoints", "3") if signal_at else None))
+  batches = train.BatchSource(lambda start: numbered_batches(
+      start, signal_at, signal_number,
+      committed=os.path.join(str(model_dir), "checkpoints", "3") if signal_at else None), batch_size=4)
+  result = train.train(model_config=TINY, train_dataset=batches,
+                       training=configs.TrainingConfig(STEPS, optimizer=optax.adafactor(learning_rate), log_every=4),
+                       checkpoint=configs.CheckpointConfig(every=3, keep=keep),
+                       partitioner=partitioning.Partitioner(), model_dir=str(model_dir))
   if save_params_to:
     flat = jax.tree_util.tree_flatten_with_path(jax.device_get(result.params))[0]
     np.savez(save_params_to, **{jax.tree_util.keystr(path): value for path, value in flat})
   print("result", result.step, result.preempted)
+
+
+def _train_with(model_dir, training, checkpoint=None, *, train_dataset=None, model_config=TINY, run_config=None):
+  """train.train on numbered_batches (4 rows), or `train_dataset`, with the default mesh."""
+  from runner import configs, partitioning, train  # pylint: disable=g-import-not-at-top
+  return train.train(model_config=model_config, train_dataset=train_dataset or train.BatchSource(numbered_batches, 4),
+                     training=training, checkpoint=checkpoint or configs.CheckpointConfig(),
+                     partitioner=partitioning.Partitioner(), model_dir=str(model_dir), run_config=run_config)
 
 
 def _params(path):
@@ -133,11 +142,11 @@ def test_non_finite_update_stops_with_the_last_good_checkpoint(runs):
 
 def test_an_unknown_task_name_stops_before_the_model_dir_exists_and_names_close_ones(tmp_path):
   import t5_tasks  # pylint: disable=unused-import  # registers the tasks
-  from runner import train
+  from runner import configs
   with pytest.raises(ValueError, match=r"unknown task or mixture 'asq_intent_clozee' \(close names: "
                                        r"asq_intent_cloze"):
-    train.train(model_config=TINY, mixture_or_task_name="asq_intent_clozee", train_steps=1, batch_size=4,
-                model_dir=str(tmp_path / "run"), task_feature_lengths={"inputs": 64, "targets": 16})
+    _train_with(tmp_path / "run", configs.TrainingConfig(1),
+                train_dataset=configs.DatasetConfig("asq_intent_clozee", {"inputs": 64, "targets": 16}, "train", 4))
   assert not (tmp_path / "run").exists()
 
 
@@ -145,25 +154,23 @@ def test_initial_checkpoint_path_starts_from_a_params_only_checkpoint(tmp_path):
   import jax
   import optax
   from models.network import init_params
-  from runner import checkpoints, train
+  from runner import checkpoints, configs
   start = init_params(TINY, jax.random.PRNGKey(5))
   checkpoints.save_params(tmp_path / "converted" / "params", start)
-  result = train.train(model_config=TINY, train_steps=1, batch_size=4, model_dir=str(tmp_path / "run"),
-                       initial_checkpoint_path=str(tmp_path / "converted"), optimizer=optax.sgd(0.0),
-                       batch_source=numbered_batches, log_every=1)
+  result = _train_with(tmp_path / "run", configs.TrainingConfig(1, optimizer=optax.sgd(0.0), log_every=1),
+                       configs.CheckpointConfig(str(tmp_path / "converted")))
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(result.params), jax.device_get(start))
   assert _steps(tmp_path / "run") == [1]
 
 
 def test_initial_checkpoint_path_reads_a_hugging_face_dir_and_checks_its_architecture(tmp_path):
   pytest.importorskip("transformers")
-  from runner import train
+  from runner import configs
   from tests.models.hf_reference import make_hf_t5
   make_hf_t5(tmp_path / "hf")
   with pytest.raises(ValueError, match=r"does not match MODEL_CONFIG: vocab_size: checkpoint 96, MODEL_CONFIG 384; "
                                        r"emb_dim: checkpoint 32, MODEL_CONFIG 64"):
-    train.train(model_config=TINY, train_steps=1, batch_size=4, model_dir=str(tmp_path / "run"),
-                initial_checkpoint_path=str(tmp_path / "hf"), batch_source=numbered_batches)
+    _train_with(tmp_path / "run", configs.TrainingConfig(1), configs.CheckpointConfig(str(tmp_path / "hf")))
 
 
 def _train_command(model_dir, *bindings):
@@ -181,7 +188,7 @@ def _train_command(model_dir, *bindings):
 def test_scripts_train_saves_on_a_signal_and_exits_with_its_code(compilation_cache, tmp_path,
                                                                  signal_number, exit_code):
   returncode, stdout, stderr = signal_at_line(
-      _train_command(tmp_path / "run", "--gin.TRAIN_STEPS=100000", "--gin.train.train.log_every=1"),
+      _train_command(tmp_path / "run", "--gin.TRAIN_STEPS=100000", "--gin.configs.TrainingConfig.log_every=1"),
       "step 2/", signal_number, script_env(compilation_cache))
   assert returncode == exit_code, stderr[-3000:]
   saved = re.search(rf"{signal_number.name}: saved the checkpoint of step (\d+) in .*; "
@@ -202,12 +209,12 @@ def test_scripts_train_refuses_zero_steps_in_one_line_and_names_a_misspelled_mac
   assert "Traceback" not in result.stderr and not (tmp_path / "run").exists()
 
 
-def _short_run(model_dir, model_config=TINY, run_config="# the first run's gin\n", **settings):
+def _short_run(model_dir, model_config=TINY, run_config="# the first run's gin\n", checkpoint_every=1000):
   import optax  # pylint: disable=g-import-not-at-top
-  from runner import train  # pylint: disable=g-import-not-at-top
-  return train.train(model_config=model_config, train_steps=2, batch_size=4, model_dir=str(model_dir),
-                     optimizer=optax.adafactor(1e-2), batch_source=numbered_batches, run_config=run_config,
-                     **settings)
+  from runner import configs  # pylint: disable=g-import-not-at-top
+  return _train_with(model_dir, configs.TrainingConfig(2, optimizer=optax.adafactor(1e-2)),
+                     configs.CheckpointConfig(every=checkpoint_every), model_config=model_config,
+                     run_config=run_config)
 
 
 def test_a_refused_resume_leaves_the_run_as_it_was(tmp_path):

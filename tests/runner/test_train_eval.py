@@ -1,5 +1,6 @@
 """Evaluation during training: eval/<task>/<metric> scalars beside the loss, eval_metrics.jsonl,
 the best checkpoint by BEST_METRIC across a restart, and the settings refused before training."""
+import dataclasses
 import json
 
 import jax
@@ -11,6 +12,8 @@ from tensorboard.util import tensor_util
 import t5_tasks  # pylint: disable=unused-import  # registers the tasks
 from models.network import init_params
 from runner import checkpoints
+from runner import configs
+from runner import partitioning
 from runner import train
 from runner import trainer
 from tests.runner.test_train_entry import TINY
@@ -21,14 +24,19 @@ TASK = "asq_intent_cloze"  # 12 test items; no validation split
 BEST = f"{TASK}/accuracy"
 
 
-def _train(model_dir, steps, **overrides):
+EVALUATION = configs.EvaluationConfig(every=2, mixture_or_task_name=TASK, split="test", best_metric=BEST,
+                                      best_mode="max")
+
+
+def _train(model_dir, steps, train_dataset=train.BatchSource(numbered_batches, 4, LENGTHS), **evaluation):
   """test_train_entry's model and batches (its compiled step comes from the cache; a seqio
-  training pipeline would cost more than the run), evaluated on TASK's test split."""
-  kwargs = dict(model_config=TINY, batch_source=numbered_batches, eval_mixture_or_task_name=TASK,
-                task_feature_lengths=LENGTHS, train_steps=steps, batch_size=4, model_dir=str(model_dir),
-                log_every=1000, checkpoint_every=2, optimizer=trainer.make_optimizer(learning_rate=1e-2),
-                eval_every=2, eval_split="test", best_metric=BEST, best_mode="max")
-  return train.train(**{**kwargs, **overrides})
+  training pipeline would cost more than the run), evaluated on TASK's test split; `evaluation`
+  replaces fields of EVALUATION."""
+  return train.train(model_config=TINY, train_dataset=train_dataset,
+                     training=configs.TrainingConfig(steps, optimizer=trainer.make_optimizer(learning_rate=1e-2),
+                                                     log_every=1000),
+                     checkpoint=configs.CheckpointConfig(every=2), partitioner=partitioning.Partitioner(),
+                     model_dir=str(model_dir), evaluation=dataclasses.replace(EVALUATION, **evaluation))
 
 
 def _lines(model_dir):
@@ -92,16 +100,16 @@ def test_a_restart_drops_evaluations_past_its_checkpoint_and_adds_none(run):
     (dict(best_metric="asq_intent_clozee/accuracy"),
      r"BEST_METRIC 'asq_intent_clozee/accuracy': 'asq_intent_clozee' is no task or group the "
      r"evaluation of 'asq_intent_cloze' reports \(it reports asq_intent_cloze\)"),
-    (dict(eval_split="validation"),
-     r"EVAL_SPLIT 'validation' is not a split of asq_intent_cloze \(it has train, test\)"),
-    # NORMALIZATION reaches training's scorer (gin/runs/finetune.gin binds it as eval_normalization).
-    (dict(eval_normalization="chars"),
+    (dict(split="validation"),
+     r"EVAL_SPLIT 'validation' is not a split of asq_intent_cloze \(it has train, test, annotation, heldout\)"),
+    # NORMALIZATION reaches training's scorer (gin/runs/finetune.gin binds it to the EvaluationConfig).
+    (dict(normalization="chars"),
      r"NORMALIZATION must be one of \['byte', 'char', 'mutual_information', 'none', 'token'\], got 'chars'"),
 ])
 def test_settings_evaluation_cannot_use_stop_the_run_before_the_model_dir_exists(tmp_path, overrides, message):
   with pytest.raises(ValueError, match=message):
-    _train(tmp_path / "run", 6, batch_source=None, mixture_or_task_name=TASK,
-           eval_mixture_or_task_name=None, **overrides)
+    _train(tmp_path / "run", 6, configs.DatasetConfig(TASK, LENGTHS, "train", 4), mixture_or_task_name=None,
+           **overrides)
   assert not (tmp_path / "run").exists()
 
 
@@ -119,7 +127,8 @@ def test_tasks_without_the_eval_split_are_skipped_as_scripts_evaluate_skips_them
   during_training = capsys.readouterr().out.splitlines()
   assert [task.name for task in tasks] == ["heap_ah"]
   # (after it, the NOTE that heap_ah reads its quickstart files, once per process)
-  assert during_training[0] == "skipping asq_intent_cloze: it has no 'validation' split (it has train, test)"
+  assert during_training[0] == ("skipping asq_intent_cloze: it has no 'validation' split "
+                                "(it has train, test, annotation, heldout)")
   assert [task.name for task in scoring_loop.candidate_tasks(name, "validation")] == ["heap_ah"]
   assert capsys.readouterr().out.splitlines() == during_training[:1]
 
@@ -134,10 +143,9 @@ def test_evaluation_during_training_scores_with_the_configured_normalization(tmp
   records = {}
   for normalization in ("none", "token"):
     evaluation = training_evaluation.make(
-        eval_every=2, eval_mixture_or_task_name=TASK, eval_split="test", eval_metric_groups=None,
-        best_metric=None, best_mode="max", goal=trainer.get_objective("cross_entropy"), model_config=TINY,
-        task_feature_lengths=LENGTHS, batch_size=4, mesh=None, rules=None, use_cached=False,
-        model_dir=str(tmp_path), normalization=normalization)
+        configs.EvaluationConfig(every=2, normalization=normalization, split="test"),
+        goal=trainer.get_objective("cross_entropy"), model_config=TINY,
+        train_dataset=configs.DatasetConfig(TASK, LENGTHS, "train", 4), partitioner=None, model_dir=str(tmp_path))
     sink = scoring_loop.RecordsInMemory()
     scoring_loop.score_task(TASK, "test", LENGTHS, 4, evaluation.score_fn, params, sink)
     records[normalization] = sink.records

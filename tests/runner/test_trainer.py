@@ -27,7 +27,7 @@ def _one_device_step(optimizer, objective="cross_entropy", accumulation_steps=1,
   params = init_params(TINY, jax.random.PRNGKey(0))
   shardings = partitioning.param_shardings(params, TINY, mesh)
   opt_shardings = partitioning.opt_state_shardings(optimizer, params, shardings, mesh)
-  step = trainer.make_train_step(TINY, optimizer, mesh, shardings, opt_shardings, objective=objective,
+  step = trainer.make_train_step(TINY, optimizer, partitioning.Partitioner.for_mesh(mesh), shardings, opt_shardings, objective=objective,
                                  accumulation_steps=accumulation_steps, z_loss=z_loss)
   # The step donates its inputs: each call gets its own copy of the parameters.
   return params, lambda batch: step(jax.tree.map(jnp.array, params), optimizer.init(params), batch, 0)
@@ -94,7 +94,7 @@ def test_pairwise_objective_uses_the_preferred_candidate_as_good():
   params = reward_lib.init_reward_params(TINY, jax.random.PRNGKey(0))
   optimizer = optax.sgd(0.0)
   shardings = partitioning.param_shardings(params, TINY, mesh)
-  step = trainer.make_train_step(TINY, optimizer, mesh, shardings,
+  step = trainer.make_train_step(TINY, optimizer, partitioning.Partitioner.for_mesh(mesh), shardings,
                                  partitioning.opt_state_shardings(optimizer, params, shardings, mesh),
                                  objective="pairwise")
   rewards = np.asarray(reward_lib.reward(TINY, params, batch["input_ids"], batch["candidate_ids"]), np.float64)
@@ -138,7 +138,7 @@ def test_step_on_mesh_4x2_matches_one_device_and_shards_parameters(run_python):
       def two_steps(mesh):
         shardings = partitioning.param_shardings(params, config, mesh)
         opt_shardings = partitioning.opt_state_shardings(optimizer, params, shardings, mesh)
-        step = trainer.make_train_step(config, optimizer, mesh, shardings, opt_shardings)
+        step = trainer.make_train_step(config, optimizer, partitioning.Partitioner.for_mesh(mesh), shardings, opt_shardings)
         p = jax.device_put(jax.tree.map(np.array, params), shardings)  # a copy: steps donate it
         o = jax.jit(optimizer.init, out_shardings=opt_shardings)(p)
         losses = []
@@ -168,7 +168,7 @@ def test_cpu_step_updates_donated_parameters_in_place():
   mesh = partitioning.create_mesh(1, 1, devices=jax.devices()[:1])
   params = init_params(TINY, jax.random.PRNGKey(0))
   shardings = partitioning.param_shardings(params, TINY, mesh)
-  step = trainer.make_train_step(TINY, optimizer, mesh, shardings,
+  step = trainer.make_train_step(TINY, optimizer, partitioning.Partitioner.for_mesh(mesh), shardings,
                                  partitioning.opt_state_shardings(optimizer, params, shardings, mesh))
   batch = partitioning.global_batch(_text_batch(np.random.default_rng(0)), mesh)
   hlo = step.lower(params, optimizer.init(params), batch, jnp.asarray(0, jnp.int32)).compile().as_text()

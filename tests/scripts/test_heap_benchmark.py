@@ -251,7 +251,7 @@ def test_print_commands_prints_each_runs_training_and_its_own_evaluation(tmp_pat
           "--gin.MIXTURE_OR_TASK_NAME='heap_cross_cluster_hate_speech_bcn'",
           f"--gin.MODEL_DIR='{tmp_path}/cross_cluster/hate_speech_bcn/seed_0'", "--gin.TRAIN_STEPS=7",
           f"--gin.ACCUMULATION_STEPS={row.gradient_accumulation}", f"--gin.BATCH_SIZE={8 * row.gradient_accumulation}",
-          f"--gin.LEARNING_RATE={row.learning_rate!r}", "--gin.train.train.seed=0", "--gin.EVAL_EVERY=0"} <= set(train)
+          f"--gin.LEARNING_RATE={row.learning_rate!r}", "--gin.SEED=0", "--gin.EVAL_EVERY=0"} <= set(train)
   assert {"--gin_file=gin/recipes/heap/evaluate.gin", "--gin.MIXTURE_OR_TASK_NAME='heap_bcn'",
           f"--gin.EVAL_OUTPUT_DIR='{tmp_path}/cross_cluster/hate_speech_bcn/seed_0/eval_bcn'"} <= set(evaluate)
   assert not list(tmp_path.iterdir())  # nothing ran

@@ -381,7 +381,7 @@ def test_each_recipe_parses_on_the_gin_command_line_and_binds_what_it_says(recip
     assert preprocessors.news_format() == "transfer"
     assert families.reference_filter() == (512, 24, 48)  # appendix A's, in GPT-2 pieces
     if recipe == "reward_model.gin":
-      assert gin.query_parameter("train.train.normalize_reward_task") == "summarize_feedback_sft"
+      assert gin.query_parameter("configs.TrainingConfig.normalize_reward_task") == "summarize_feedback_sft"
       assert families.comparison_filter() == (None, ("validation",))
   finally:
     gin.clear_config()
