@@ -645,6 +645,33 @@ def check_heap_runs(ws: Workspace, command: str, result) -> None:
   assert re.search(r"^hate_speech +1 ", result.stdout, re.M), result.stdout  # the run's target, CNG
 
 
+ASQ_TABLE4 = "python -m scripts.evaluate --gin_file=gin/models/t5_1_1/tiny.gin --gin_file=gin/recipes/asq/table4.gin"
+ASQ_GROUPS = ("C+E", "C+{C,I}", "C+C", "L+{U,I}")  # Table 4's rows
+
+
+def check_asq_table4(ws: Workspace, command: str, result) -> None:
+  """The annotation split's 500 items, with a cell for each of Table 4's pair types."""
+  check_evaluation(ws, command, result)
+  output = ws.path(gin_value(command, "EVAL_OUTPUT_DIR"))
+  metrics = json.loads((output / "metrics.json").read_text())["asq_intent_cloze"]
+  assert {f"accuracy/{group}" for group in ASQ_GROUPS} <= set(metrics), sorted(metrics)
+  assert len((output / "predictions.jsonl").read_text().splitlines()) == 500
+
+
+def check_asq_analysis(ws: Workspace, command: str, result) -> None:
+  """Table 4's layout: the humans' first-round cells (the paper's 0.844 and 0.890 for C+C and
+  C+{C,I}) beside the model's, which are its evaluation's metrics.json cells."""
+  assert_ran(result)
+  predictions = re.search(r"--predictions=\w+=(\S+)", command).group(1)
+  metrics = json.loads((ws.path(predictions).parent / "metrics.json").read_text())["asq_intent_cloze"]
+  rows = {line.split()[0]: line for line in result.stdout.splitlines() if line.split()[:1] and
+          line.split()[0] in ASQ_GROUPS}
+  assert set(rows) == set(ASQ_GROUPS), result.stdout[-2000:]
+  assert rows["C+C"].split()[1] == "0.844" and rows["C+{C,I}"].split()[1] == "0.890", rows
+  for group in ASQ_GROUPS:
+    assert f"{metrics[f'accuracy/{group}']['value']:.3f}" in rows[group].split()[4:], (group, rows[group])
+
+
 HEAP_BENCHMARK = "python -m scripts.heap --protocol=cross_cluster"
 
 
@@ -889,6 +916,10 @@ CASES = [
     Case(HEAP_TRAIN, "tiny steps, quickstart shapes, no accumulation", check_heap_training, run=run_heap_training,
          reads=AFTER_THE_DEMO),
     Case(HEAP_EVALUATE, "quickstart shapes, on the HEAP run", check_heap_evaluation, run=run_with_tiny_settings),
+    Case(ASQ_TABLE4, "quickstart shapes, on the demo's run and ../shared/data's annotation files",
+         check_asq_table4, run=run_with_tiny_settings, reads=AFTER_THE_DEMO),
+    Case("python -m scripts.analyze asq", "as is, on that evaluation's predictions", check_asq_analysis,
+         run=run_as_is, reads=("runs/quickstart/eval-asq-table4",), real_data=True),
     Case(HEAP_BENCHMARK, "as is, for two of its nine targets (CNG, HSO)", check_heap_benchmark,
          run=run_heap_benchmark),
     Case("python -m scripts.run_baseline", "as is (the quickstart files, or ../shared/data)", check_baseline,
