@@ -22,6 +22,7 @@ import pytest
 from models import decoding
 from models import reward as reward_lib
 from runner import checkpoints
+from runner import configs
 from runner import partitioning
 from runner import reward_normalization
 from tests.helpers import cli
@@ -184,9 +185,9 @@ def test_a_reward_checkpoint_without_a_reward_head_is_refused(recipes, tmp_path)
   directory = recipes[0]
   with pytest.raises(ValueError, match="has no 'reward_head': train it with OBJECTIVE='pairwise'"):
     infer.infer(checkpoint_path=str(directory / "sft"), output_file=str(tmp_path / "x"),
-                task_feature_lengths={"inputs": INPUT_LENGTH, "targets": MAX_LENGTH},
-                mixture_or_task_name="summarize_feedback_sft", split="test",
-                reward_checkpoint_path=str(directory / "sft"))
+                dataset=configs.DatasetConfig("summarize_feedback_sft",
+                                              {"inputs": INPUT_LENGTH, "targets": MAX_LENGTH}, "test", 8),
+                sampling=configs.SamplingConfig(reward_checkpoint_path=str(directory / "sft")))
 
 
 def test_no_inputs_to_generate_for_exits_1_in_one_line_and_writes_no_file(recipes, tmp_path):
