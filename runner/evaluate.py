@@ -162,7 +162,8 @@ def evaluate(*, model_config: T5Config | None = None, dataset: configs.DatasetCo
     raise ValueError(f"BUCKET_BY_LENGTH must be True or False, got {evaluation.bucket_by_length!r}")
   partitioner.initialize()
   host_memory.reuse_freed_memory()
-  partitioner.check_batch_size(dataset.batch_size)  # the mesh spans every process's devices: a model may outgrow a host
+  # The mesh spans every process's devices (made here, after the hosts joined): a model may outgrow a host.
+  partitioner.check_batch_size(dataset.batch_size)
   tasks = scoring_loop.candidate_tasks(task_name, split)
   scorers.check_metrics_scorable(tasks, scorer)
   data.require_examples(tasks, split)

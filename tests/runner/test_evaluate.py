@@ -220,6 +220,28 @@ def test_metric_groups_average_the_finished_task_metrics(uninterrupted, checkpoi
   assert f"<td>preference</td><td>pairwise_accuracy</td><td>{len(preference)}</td>" in html
 
 
+def test_metric_groups_given_as_a_function_get_the_evaluated_task_names(uninterrupted, checkpoint, tmp_path,
+                                                                         monkeypatch):
+  """EvaluationConfig.metric_groups as a function (HEAP's clusters' form): called with the names of
+  the tasks evaluated, in the mixture's order; its groups are averaged as a mapping's are."""
+  for name in (outputs.PREDICTIONS_FILE, evaluate.SETTINGS_FILE):  # a finished evaluation
+    (tmp_path / name).write_bytes((uninterrupted / name).read_bytes())
+  tasks = outputs.read_metrics(str(uninterrupted))
+  monkeypatch.setattr(scoring, "score_packed", None)  # nothing is scored again
+  called = []
+
+  def preference(names):
+    called.append(list(names))
+    return {"preference": [name for name in names if "pairwise_accuracy" in tasks[name]]}
+  returned = _run(checkpoint, tmp_path, metric_groups=preference)
+  assert called == [[t.name for t in _scored_tasks()]]
+  members = preference(called[0])["preference"]
+  assert len(members) >= 2 and sorted(set(returned) - set(tasks)) == ["preference"]
+  for key in ("value", "low", "high"):
+    assert returned["preference"]["pairwise_accuracy"][key] == pytest.approx(
+        sum(tasks[t]["pairwise_accuracy"][key] for t in members) / len(members))
+
+
 def test_reward_scorer_scores_with_the_reward_head(tmp_path):
   params = reward_lib.init_reward_params(CONFIG, jax.random.PRNGKey(1))
   path = _save(tmp_path / "reward", params)
