@@ -184,7 +184,7 @@ mesh = partitioning.create_mesh(2, 2)
 optimizer = trainer.make_optimizer(learning_rate=trainer.make_schedule())  # finetune.gin's: a schedule
 step, params, opt_state, _ = train._initialise_or_restore(
     checkpoints.checkpoint_manager(model_dir, 3), config, trainer.get_objective("cross_entropy"),
-    optimizer, None, 0, mesh, partitioning.STANDARD_LOGICAL_AXIS_RULES)
+    optimizer, None, 0, partitioning.Partitioner.for_mesh(mesh))
 checked = 0
 for path, leaf in jax.tree_util.tree_flatten_with_path({"params": params, "opt_state": opt_state})[0]:
   want = expected[jax.tree_util.keystr(path)]
@@ -207,7 +207,7 @@ def test_a_two_process_checkpoint_restores_with_one_and_with_four_processes_on_a
       checkpoints.checkpoint_manager(pod_dir, 3), checkpoints.read_model_config(pod_dir),
       trainer.get_objective("cross_entropy"),
       trainer.make_optimizer(learning_rate=trainer.make_schedule()), None, 0,
-      partitioning.create_mesh(1, 1, devices=jax.devices()[:1]), partitioning.STANDARD_LOGICAL_AXIS_RULES)
+      partitioning.Partitioner.for_mesh(partitioning.create_mesh(1, 1, devices=jax.devices()[:1])))
   expected = {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in
               jax.tree_util.tree_flatten_with_path({"params": params, "opt_state": opt_state})[0]}
   expected_file = tmp_path / "expected.npz"
