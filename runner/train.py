@@ -45,10 +45,6 @@ class TrainResult:
   signal_number: int | None = None  # SIGTERM or SIGINT when a signal stopped the run
 
 
-DATA_FILES = run_dir.DATA_FILES
-EVAL_METRICS_FILE = training_evaluation.EVAL_METRICS_FILE
-
-
 class NonFiniteLossError(FloatingPointError):
   pass
 
@@ -132,14 +128,14 @@ def check_settings(*, train_steps: int, batch_size: int, accumulation_steps: int
                    model_config: T5Config, vocabulary_size: int | None, checkpoint_every: int = 1000,
                    keep_checkpoints: int = 3, log_every: int = 50) -> None:
   """Stops a run that could not train as asked, before anything compiles or MODEL_DIR changes."""
+  # Named as a gin binding names them (gin/runs/finetune.gin).
+  periods = (("configs.CheckpointConfig.every", checkpoint_every), ("configs.CheckpointConfig.keep", keep_checkpoints),
+             ("configs.TrainingConfig.log_every", log_every))
   for name, value in (("TRAIN_STEPS", train_steps), ("BATCH_SIZE", batch_size),
-                      ("ACCUMULATION_STEPS", accumulation_steps),
-                      ("train.checkpoint_every", checkpoint_every), ("train.keep_checkpoints", keep_checkpoints),
-                      ("train.log_every", log_every)):
+                      ("ACCUMULATION_STEPS", accumulation_steps), *periods):
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
       raise ValueError(f"{name} must be a whole number, got {value!r}")
-  for name, value in (("train.checkpoint_every", checkpoint_every), ("train.keep_checkpoints", keep_checkpoints),
-                      ("train.log_every", log_every)):
+  for name, value in periods:
     if value <= 0:
       raise ValueError(f"{name} must be positive, got {value}")
   if not isinstance(model_config, T5Config):
@@ -241,8 +237,7 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
   Data comes from `train_dataset`: a DatasetConfig's seqio task or mixture, or a `BatchSource`.
   The mesh and its rules are `partitioner`'s (it joins the hosts of a multi-host run first).
   `training.optimizer` None is `trainer.make_optimizer()` (Adafactor, constant 1e-3).
-  On SIGTERM or SIGINT the run saves a checkpoint at its current step and returns with
-  preempted=True and the signal's number.
+  On SIGTERM or SIGINT the run saves a checkpoint at its step and returns preempted, with the signal.
   `run_config` (the gin configuration's text) is written to `model_dir/config.gin`, the data
   files each task read to `model_dir/data_files.json`. The tasks' vocabulary is checked against
   the model's embedding before anything runs. Every run first prints its preflight

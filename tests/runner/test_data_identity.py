@@ -24,6 +24,7 @@ from runner import data
 from runner import evaluate
 from runner import outputs
 from runner import partitioning
+from runner import run_dir
 from runner import train
 from scripts import build_tfds
 from t5_tasks import tasks
@@ -101,7 +102,7 @@ def test_heap_cr_trains_on_the_released_commongen_folder(shared_data, gin_config
   _bind({"heap/commongen": {"all": str(folder)}})
   result = _train("heap_cr", tmp_path / "run", 2)
   assert result.step == 2
-  [record] = json.loads((tmp_path / "run" / train.DATA_FILES).read_text())["tasks"]["heap_cr"]["files"]
+  [record] = json.loads((tmp_path / "run" / run_dir.DATA_FILES).read_text())["tasks"]["heap_cr"]["files"]
   sheets = sorted(folder.glob("*.csv"))
   assert record["sha256"] == _folder_sha256(folder) and record["files"] == len(sheets) == 4
   assert record["bytes"] == sum(sheet.stat().st_size for sheet in sheets)
@@ -173,7 +174,7 @@ def test_a_copied_run_resumes_and_keeps_its_evaluation_but_other_data_is_refused
   with pytest.raises(ValueError) as refused:
     run_train(second, 6)
   assert str(refused.value).startswith(f"MODEL_DIR {second / 'run'} holds a run trained on other data; "
-                                       f"fields that differ from {second / 'run' / train.DATA_FILES}: ")
+                                       f"fields that differ from {second / 'run' / run_dir.DATA_FILES}: ")
   assert f"tasks.heap_ah.{sha256}" in str(refused.value)
   assert {p.name: p.read_bytes() for p in (second / "run").iterdir() if p.is_file()} == before
   with pytest.raises(ValueError, match="holds predictions of another evaluation; settings that differ") as refused:

@@ -14,6 +14,7 @@ from runner import evaluate
 from runner import outputs
 from runner import partitioning
 from runner import provenance
+from runner import run_dir
 from runner import train
 from scripts import gin_cli
 from tests.conftest import PROJECT_ROOT
@@ -50,7 +51,7 @@ def test_evaluating_a_later_checkpoint_into_the_same_directory_is_refused(tmp_pa
   # One run makes both checkpoints: step 2, evaluated first (by its step directory), and step 4,
   # the run's latest, evaluated next into the same directory.
   _train(run, 4, checkpoint_every=2)
-  recorded = json.loads((run / train.DATA_FILES).read_text())
+  recorded = json.loads((run / run_dir.DATA_FILES).read_text())
   files = recorded["tasks"][TASK]["files"]
   assert [f["dataset"] for f in files] == ["heap/turingadvice"] and files[0]["quickstart"]
   assert len(files[0]["sha256"]) == 64 and recorded["tasks"][TASK]["examples"]["train"] > 0

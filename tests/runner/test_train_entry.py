@@ -230,8 +230,8 @@ def test_a_refused_resume_leaves_the_run_as_it_was(tmp_path):
                                        r"\(emb_dim: the run's 64, MODEL_CONFIG 128; num_heads: the run's 4, "
                                        r"MODEL_CONFIG 8\); include the run's model gin file, or name a new MODEL_DIR$"):
     _short_run(model_dir, wider, run_config="# another model's gin\n")
-  for value, message in (("ten", r"^train.checkpoint_every must be a whole number, got 'ten'$"),
-                         (0, r"^train.checkpoint_every must be positive, got 0$")):
+  for value, message in (("ten", r"^configs\.CheckpointConfig\.every must be a whole number, got 'ten'$"),
+                         (0, r"^configs\.CheckpointConfig\.every must be positive, got 0$")):
     with pytest.raises(ValueError, match=message):
       _short_run(model_dir, run_config="# a bad checkpoint_every\n", checkpoint_every=value)
   assert {name: (model_dir / name).read_bytes() for name in recorded} == recorded

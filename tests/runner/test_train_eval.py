@@ -15,6 +15,7 @@ from runner import checkpoints
 from runner import configs
 from runner import partitioning
 from runner import train
+from runner import training_evaluation
 from runner import trainer
 from tests.runner.test_train_entry import TINY
 from tests.runner.test_train_entry import numbered_batches
@@ -40,7 +41,7 @@ def _train(model_dir, steps, train_dataset=train.BatchSource(numbered_batches, 4
 
 
 def _lines(model_dir):
-  return [json.loads(line) for line in (model_dir / train.EVAL_METRICS_FILE).read_text().splitlines()]
+  return [json.loads(line) for line in (model_dir / training_evaluation.EVAL_METRICS_FILE).read_text().splitlines()]
 
 
 def _best_step(model_dir):
@@ -56,7 +57,7 @@ def run(tmp_path_factory):
   best_after_4 = _best_step(model_dir)
   _train(model_dir, 6)
   lines = _lines(model_dir)
-  with open(model_dir / train.EVAL_METRICS_FILE, "a", encoding="utf-8") as f:
+  with open(model_dir / training_evaluation.EVAL_METRICS_FILE, "a", encoding="utf-8") as f:
     f.write(json.dumps({"step": 8, "metrics": {BEST: 1.0}}) + "\n" + '{"step": 10, "metr')
   _train(model_dir, 6)
   return model_dir, best_after_4, lines
@@ -118,7 +119,6 @@ def test_tasks_without_the_eval_split_are_skipped_as_scripts_evaluate_skips_them
   evaluates the others, naming each task left out in one line, the line scripts.evaluate prints."""
   import seqio  # pylint: disable=g-import-not-at-top
   from runner import scoring_loop  # pylint: disable=g-import-not-at-top
-  from runner import training_evaluation  # pylint: disable=g-import-not-at-top
 
   name = "test_train_eval_asq_and_heap_ah"
   if name not in seqio.MixtureRegistry.names():
@@ -137,7 +137,6 @@ def test_evaluation_during_training_scores_with_the_configured_normalization(tmp
   """Training's evaluation normalises a likelihood as NORMALIZATION says, as offline evaluation
   does: 'none' is the summed log-likelihood, 'token' that sum over the scored tokens."""
   from runner import scoring_loop  # pylint: disable=g-import-not-at-top
-  from runner import training_evaluation  # pylint: disable=g-import-not-at-top
 
   params = init_params(TINY, jax.random.PRNGKey(0))
   records = {}
