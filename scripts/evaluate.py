@@ -14,7 +14,6 @@ another checkpoint's or other data's predictions is refused. Importing t5_tasks 
 task and mixture. Evaluating HEAP criteria also writes their averages
 (`t5_tasks.metrics.heap_metric_groups`).
 """
-import dataclasses
 from typing import Sequence
 
 import gin
@@ -34,17 +33,11 @@ def format_metrics(metrics) -> str:
 def main(argv: Sequence[str]) -> None:
   gin_cli.start(argv)
   import seqio  # pylint: disable=g-import-not-at-top  # registered by t5_tasks in `start`
-  from t5_tasks import metrics as task_metrics  # pylint: disable=g-import-not-at-top  # after absl starts
-  from t5_tasks import references  # pylint: disable=g-import-not-at-top
-  # Every HEAP group and every task's reference figures: the evaluation uses those of the tasks
-  # it scored (a mixture gin binds may be a reference to register_mixture, whose tasks are known
-  # only once it is called).
-  task_names = seqio.TaskRegistry.names()
-  evaluation = gin.query_parameter("evaluate.evaluate.evaluation").scoped_configurable_fn()  # eval.gin's
-  if evaluation.metric_groups is None:
-    evaluation = dataclasses.replace(evaluation, metric_groups=task_metrics.heap_metric_groups(task_names))
+  from t5_tasks import references  # pylint: disable=g-import-not-at-top  # after absl starts
+  # Every task's reference figures: the evaluation uses those of the tasks it scored (a mixture gin
+  # binds may be a reference to register_mixture, whose tasks are known only once it is called).
   metrics = gin.get_configurable(evaluate_lib.evaluate)(
-      evaluation=evaluation, run_config=gin.config_str(), references=references.for_tasks(task_names))
+      run_config=gin.config_str(), references=references.for_tasks(seqio.TaskRegistry.names()))
   if jax.process_index() == 0:  # the one process that wrote them
     print(format_metrics(metrics))
     output_dir = gin.query_parameter("%EVAL_OUTPUT_DIR")
