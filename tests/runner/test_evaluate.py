@@ -355,7 +355,9 @@ def test_eval_gin_runs_evaluate_with_the_model_file(gin_config, tmp_path):
        "MIXTURE_OR_TASK_NAME = 'heap_ah'", f"TASK_FEATURE_LENGTHS = {LENGTHS}",
        "BATCH_SIZE = 4"], [str(PROJECT_ROOT)])
   metrics = gin.get_configurable(evaluate.evaluate)()
-  assert list(metrics) == ["heap_ah"]
+  # eval.gin's METRIC_GROUPS: HEAP's averages over the evaluated criteria, here heap_ah alone.
+  assert list(metrics) == ["heap_ah", "heap", "heap_cluster_context"]
+  assert metrics["heap"]["pairwise_accuracy"]["value"] == metrics["heap_ah"]["pairwise_accuracy"]["value"]
   assert outputs.read_metrics(str(tmp_path / "out")) == metrics
   settings = json.loads((tmp_path / "out" / evaluate.SETTINGS_FILE).read_text())
   assert settings["scorer"] == "likelihood" and settings["normalization"] == "token"
