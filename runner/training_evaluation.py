@@ -11,10 +11,10 @@ import jax
 import numpy as np
 
 from runner import checkpoints
-from runner import data
-from runner import run_dir
 from runner import configs
+from runner import data
 from runner import partitioning
+from runner import run_dir
 from runner import scorers
 from runner import scoring_loop
 import storage
