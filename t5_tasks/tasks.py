@@ -257,7 +257,9 @@ class TfdsSourceWithProvenance(seqio.TfdsDataSource):
     return {"tfds": {"name": builder.info.full_name, "version": str(builder.info.version),
                      "splits": self._split_names},
             "files": [{**record, "quickstart": False}],
-            "examples": {split: self.num_input_examples(split) for split in self.splits},
+            # The splits prepared (a split whose files were not there has none), as a file task's.
+            "examples": {split: self.num_input_examples(split) for split in self.splits
+                         if self._split_names[split] in builder.info.splits},
             "configuration": task_configuration()}
 
 

@@ -34,10 +34,10 @@ ASQ_INTENT_CLOZE = base.TaskFamily(
     examples=asq_examples,
     signature=base.SIGNATURES["asq"],
     splits=("train", "test", "annotation", "heldout"),
-    # The quickstart's rounds annotate its test items (the release's annotate asq_annotation.json's
-    # 500), so its annotation split holds those 10 items again; its held-out items are its own.
+    # No quickstart annotation file: the quickstart's rounds annotate its test items; the release's
+    # asq_annotation.json is read from where it lies (../shared/data/asq), bound as 'annotation'.
     quickstart_files={"asq": {"train": "asq_train.json", "test": "asq_test.json",
-                              "annotation": "asq_annotation.json", "heldout": "asq_heldout.json"},
+                              "heldout": "asq_heldout.json"},
                       "asq_annotations": {"first": "asq_human_annotation_first.json",
                                           "second": "asq_human_annotation_second.json"}},
     steps=(preprocessors.cloze_targets,),

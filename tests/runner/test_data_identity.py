@@ -197,6 +197,7 @@ def test_a_tfds_task_records_its_dataset_and_the_prepared_files(tmp_path):
   [files] = recorded["files"]
   assert files["sha256"] == _folder_sha256(version_dir) and files["path"] == str(version_dir)
   file_task = seqio.get_mixture_or_task("asq_intent_cloze")
-  assert recorded["examples"] == {split: file_task.num_input_examples(split) for split in file_task.splits}
+  # The quickstart has no annotation file: the split is not prepared, and not recorded.
+  assert recorded["examples"] == {split: file_task.num_input_examples(split) for split in ("train", "test", "heldout")}
   assert recorded["configuration"]["t5_tasks.preprocessors.timedial_target_format"] == {
       "target_format": "span_corruption"}

@@ -25,7 +25,7 @@ def _prepare(name, manual_dir, data_dir):
 def test_asq_builds_from_quickstart_and_reads_back(tmp_path):
   builder = _prepare(tfds_builders.Asq.name, DATA, tmp_path / "tfds")
   raw = {split: json.loads((DATA / f"asq_{split}.json").read_text())
-         for split in ("train", "test", "annotation", "heldout")}
+         for split in ("train", "test", "heldout")}
   assert {s: info.num_examples for s, info in builder.info.splits.items()} == {s: len(r) for s, r in raw.items()}
   examples = list(tfds.as_numpy(builder.as_dataset(split="test")))
   assert len(examples) == len(raw["test"])

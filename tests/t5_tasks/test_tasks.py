@@ -150,7 +150,9 @@ def test_every_task_yields_formatted_examples(name, heap_files):
   total = 0
   # A HEAP criterion's three splits are one list of comparisons cut by `heap.split_comparisons`
   # (tested in test_sources_heap.py); its test split shows the format.
-  for split in ("test",) if name.startswith("heap_") else task.splits:
+  # ASQ's annotation split has no quickstart file (the release's is bound): the splits the files give.
+  built = set(task.source._built())  # pylint: disable=protected-access
+  for split in ("test",) if name.startswith("heap_") else [s for s in task.splits if s in built]:
     examples = task_examples(name, split)
     total += len(examples)
     for ex in examples:
