@@ -112,10 +112,12 @@ def main(argv) -> None:
     emulator = start(_FOLDER.value, _BUCKETS.value, _PORT.value)
   except (RuntimeError, OSError) as error:
     raise SystemExit(f"error: {error}") from None
+  # `kill` stops the server too, as Ctrl-C does. Set before the lines below: whoever reads them may
+  # stop the emulator at once.
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
   print(f"STORAGE_EMULATOR_HOST={emulator.url}", flush=True)
   print(f"serving gs://{', gs://'.join(_BUCKETS.value)} from {os.path.abspath(_FOLDER.value)}; Ctrl-C stops it",
         flush=True)
-  signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` stops the server too, as Ctrl-C does
   try:
     emulator.process.wait()
   except KeyboardInterrupt:

@@ -372,10 +372,12 @@ def make_server(generator: Generator, host: str = "127.0.0.1", port: int = 0,
   return AskBatchServer((host, port), AskBatchHandler, model)
 
 
-def serve_until_stopped(server: AskBatchServer, grace_s: float = SHUTDOWN_GRACE_S) -> str:
-  """Serves until SIGINT or SIGTERM, then stops accepting, waits up to `grace_s` seconds (or until
-  a second signal) for the requests in flight, abandons the generation still running (its
-  requests answered 503), and closes the socket. Returns the line that says how it stopped.
+def serve_until_stopped(server: AskBatchServer, grace_s: float = SHUTDOWN_GRACE_S, ready_line: str = "") -> str:
+  """Prints `ready_line` once its signal handlers are set (whoever reads the line may stop the
+  server at once), then serves until SIGINT or SIGTERM, then stops accepting, waits up to `grace_s`
+  seconds (or until a second signal) for the requests in flight, abandons the generation still
+  running (its requests answered 503), and closes the socket. Returns the line that says how it
+  stopped.
 
   Called from the main thread (where Python runs signal handlers). A handler may not call
   `server.shutdown()` itself: that waits for serve_forever, which runs in the same thread, to
@@ -392,6 +394,8 @@ def serve_until_stopped(server: AskBatchServer, grace_s: float = SHUTDOWN_GRACE_
   previous = {number: signal.signal(number, stop) for number in (signal.SIGINT, signal.SIGTERM)}
   generating, refused = False, 0
   try:
+    if ready_line:
+      print(ready_line, flush=True)
     server.serve_forever(poll_interval=0.1)
     unfinished = server.wait_for_requests(grace_s, give_up=lambda: len(received) > 1)
     if unfinished:
@@ -462,10 +466,10 @@ def main(argv: Sequence[str]) -> None:
   server = make_server(generator, args.host, args.port, args.max_request_bytes,
                        max_situations=args.max_situations, request_timeout_s=args.request_timeout_s)
   host, port = server.server_address[:2]
-  print(f"serving POST http://{host}:{port}{ASK_PATH} and GET {HEALTH_PATH} (a request of at most "
-        f"{args.max_request_bytes} bytes and {args.max_situations} situations, answered within "
-        f"{args.request_timeout_s:g} s)", flush=True)
-  print(serve_until_stopped(server, args.shutdown_grace_s), flush=True)
+  ready_line = (f"serving POST http://{host}:{port}{ASK_PATH} and GET {HEALTH_PATH} (a request of at most "
+                f"{args.max_request_bytes} bytes and {args.max_situations} situations, answered within "
+                f"{args.request_timeout_s:g} s)")
+  print(serve_until_stopped(server, args.shutdown_grace_s, ready_line), flush=True)
   if server.model.generating():
     # An abandoned generation's thread is inside the model's native code, where the interpreter's
     # finalization aborts it (exit 134): the line above is the last thing to write, so exit now.
