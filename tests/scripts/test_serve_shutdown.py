@@ -43,18 +43,6 @@ def test_ctrl_c_stops_the_server_after_the_request_in_flight(train_file, tmp_pat
   assert stdout == "serve: stopped\n" and "Traceback" not in stderr, (stdout, stderr[-3000:])
 
 
-def test_a_signal_right_after_the_serving_line_stops_it_cleanly(train_file, tmp_path):
-  """The handlers are set before the line is printed: whoever reads it may stop the server at once."""
-  with open(tmp_path / "serve.log", "w+") as log:
-    process, _ = start_server(log, "--baseline=tfidf", f"--train_file={train_file}")
-    process.send_signal(signal.SIGINT)
-    stdout, _ = process.communicate(timeout=60)
-    log.seek(0)
-    stderr = log.read()
-  assert process.returncode == 0 and stdout == "serve: stopped\n", (process.returncode, stdout, stderr[-3000:])
-  assert "Traceback" not in stderr, stderr[-3000:]
-
-
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
   """A random gin/models/t5_1_1/tiny.gin model: sampling 64 situations takes it seconds on a CPU."""
