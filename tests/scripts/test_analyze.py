@@ -192,7 +192,9 @@ def _criterion(run: dict, abbreviation: str):
   return run.get(f"heap_{abbreviation}") or run.get(f"heap_{abbreviation}_tfds")
 
 
-def test_heap_runs_mean_and_std_over_seeds(tmp_path):
+def test_heap_runs_mean_and_std_over_seeds(capsys, tmp_path):
+  """In this process: the README's `scripts.analyze heap_runs` command runs as a subprocess in
+  tests/test_readme.py; this checks its numbers."""
   dirs = []
   for seed, run in enumerate(HEAP_RUNS):
     metrics = {"asq_intent_cloze": {"accuracy": outputs.interval(0.9, 0.8, 1.0)}}
@@ -204,10 +206,11 @@ def test_heap_runs_mean_and_std_over_seeds(tmp_path):
     dirs[-1].mkdir()
     outputs.write_metrics(str(dirs[-1]), metrics, provenance={"seed": seed})
   output = tmp_path / "table" / "heap_runs.json"
-  result = subprocess.run([sys.executable, "-m", "scripts.analyze", "heap_runs",
-                           f"--eval_dirs={','.join(map(str, dirs))}", f"--output={output}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-  assert result.returncode == 0, result.stderr[-3000:]
+  fv = flags.FlagValues()
+  analyze.define_flags(fv)
+  fv(["analyze", f"--eval_dirs={','.join(map(str, dirs))}", f"--output={output}"])
+  analyze.run("heap_runs", fv)
+  stdout = capsys.readouterr().out
   table = json.loads(output.read_text())
   assert table["runs"] == [str(d) for d in dirs]
   for abbreviation, key in (("ah", "AH"), ("ag", "AG"), ("dia", "DIA"), ("dii", "DII"), ("hso", "HSO")):
@@ -230,8 +233,8 @@ def test_heap_runs_mean_and_std_over_seeds(tmp_path):
   assert table["clusters"]["context"]["criteria"] == [2, 3]  # the third run lacks DII
   assert table["criteria"]["DII"]["runs"] == 2 and table["criteria"]["HSO"]["runs"] == 3
   ag = table["criteria"]["AG"]["pairwise_accuracy"]
-  assert f"{100 * ag['mean']:.2f} ± {100 * ag['std']:.2f}" in result.stdout
-  assert "HEAP per criterion over 3 runs (Table 2)" in result.stdout and "Table 3" in result.stdout
+  assert f"{100 * ag['mean']:.2f} ± {100 * ag['std']:.2f}" in stdout
+  assert "HEAP per criterion over 3 runs (Table 2)" in stdout and "Table 3" in stdout
 
 
 def test_heap_counts_every_criterion_with_a_file(capsys, tmp_path, shared_data):
