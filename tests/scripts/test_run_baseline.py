@@ -50,13 +50,6 @@ def _outputs(out: pathlib.Path) -> tuple[list[dict], dict]:
   return outputs.read_predictions(str(out / outputs.PREDICTIONS_FILE)), outputs.read_metrics(str(out))
 
 
-def _run_command(out: pathlib.Path, *args) -> tuple[list[dict], dict]:
-  """The command line in a fresh process, as a user runs it."""
-  subprocess.run([sys.executable, "-m", "scripts.run_baseline", *args, f"--out={out}"], cwd=ROOT, check=True,
-                 capture_output=True)
-  return _outputs(out)
-
-
 def _run(out: pathlib.Path, *args) -> tuple[list[dict], dict]:
   fv = flags.FlagValues()
   run_baseline.define_flags(fv)
@@ -100,8 +93,9 @@ def _credit(scores, gold) -> float:
 
 def test_asq_baseline_is_the_model_evaluation_with_another_scorer(tmp_path):
   files = {"asq": {"train": str(DATA / "asq_train.json"), "test": str(DATA / "asq_test.json")}}
-  baseline = _run_command(tmp_path / "baseline", "--baseline=asq_similarity",
-                          f"--train_file={files['asq']['train']}", f"--eval_file={files['asq']['test']}")
+  # In this process: tests/test_readme.py runs the README's same command as a subprocess.
+  baseline = _run(tmp_path / "baseline", "--baseline=asq_similarity",
+                  f"--train_file={files['asq']['train']}", f"--eval_file={files['asq']['test']}")
   records, metrics = baseline
   raw = json.load(open(DATA / "asq_test.json", encoding="utf-8"))
   assert [r["id"] for r in records] == [row["id"] for row in raw]
