@@ -1,16 +1,21 @@
 """The train entry point: resuming after SIGKILL, saving on SIGTERM and SIGINT (and the script's exit
 codes), stopping on a non-finite loss.
 
-Runs happen in subprocesses (sharing a compilation cache); `run` below is what they call. The
+`run` below is the tiny run they train: killed by SIGKILL in a subprocess (sharing the compilation
+cache), else in this process; Ctrl-C's exit code is the real script's, in a subprocess. The
 gin-configured run on the quickstart mixture (its console, config.gin, t5_config.json) is make
 demo's training, checked by tests/test_readme.py.
 """
+import contextlib
+import io
 import os
 import re
+import shutil
 import signal
 import sys
 import time
 
+import jax
 import numpy as np
 import pytest
 
@@ -84,35 +89,32 @@ def _steps(model_dir):
 
 @pytest.fixture(scope="module")
 def runs(compilation_cache, tmp_path_factory):
-  """Runs in two processes: one killed mid-way; then its resumption, an uninterrupted run, a
+  """A run killed mid-way, in a process of its own (SIGKILL ends the process); then, in this
+  process (what they check is train's, not a process's), its resumption, an uninterrupted run, a
   SIGTERMed run and a run whose updates turn NaN. Returns (directory, steps left by the kill, output)."""
+  from runner import train  # pylint: disable=g-import-not-at-top
   directory = tmp_path_factory.mktemp("runs")
-  run_python = python_runner(compilation_cache, directory)
-  run_python("""
+  python_runner(compilation_cache, directory)("""
       import signal
       from tests.runner.test_train_entry import run
       run("killed", signal_at=5, signal_number=signal.SIGKILL)
       """, expect_returncode=-signal.SIGKILL)
   steps_after_kill = _steps(directory / "killed")
-  out = run_python("""
-      import signal
-      import jax, numpy as np
-      from runner import checkpoints, train
-      from tests.runner.test_train_entry import run, TINY
-      run("killed", save_params_to="resumed.npz")
-      run("uninterrupted", save_params_to="uninterrupted.npz", keep=2)
-      run("terminated", signal_at=4, signal_number=signal.SIGTERM, save_params_to="returned.npz")
-      restored = checkpoints.load_params("terminated", TINY)[1]
-      returned = np.load("returned.npz")
-      for path, value in jax.tree_util.tree_flatten_with_path(jax.device_get(restored))[0]:
-        np.testing.assert_array_equal(value, returned[jax.tree_util.keystr(path)])
-      print("restored the returned parameters")
-      try:
-        run("nan", nan_from_update=4)
-      except train.NonFiniteLossError as error:
-        print("error:", error)
-      """)
-  return directory, steps_after_kill, out
+  out = io.StringIO()
+  with contextlib.redirect_stdout(out):
+    run(directory / "killed", save_params_to=directory / "resumed.npz")
+    run(directory / "uninterrupted", save_params_to=directory / "uninterrupted.npz", keep=2)
+    run(directory / "terminated", signal_at=4, signal_number=signal.SIGTERM, save_params_to=directory / "returned.npz")
+    restored = checkpoints.load_params(str(directory / "terminated"), TINY)[1]
+    returned = _params(directory / "returned.npz")
+    for path, value in jax.tree_util.tree_flatten_with_path(jax.device_get(restored))[0]:
+      np.testing.assert_array_equal(value, returned[jax.tree_util.keystr(path)])
+    print("restored the returned parameters")
+    try:
+      run(directory / "nan", nan_from_update=4)
+    except train.NonFiniteLossError as error:
+      print("error:", error)
+  return directory, steps_after_kill, out.getvalue()
 
 
 def test_killed_run_resumes_to_the_parameters_of_an_uninterrupted_run(runs):
@@ -151,11 +153,13 @@ def test_an_unknown_task_name_stops_before_the_model_dir_exists_and_names_close_
 
 
 def test_initial_checkpoint_path_starts_from_a_params_only_checkpoint(tmp_path):
-  import jax
   import optax
   from models.network import init_params
-  from runner import checkpoints, configs
-  start = init_params(TINY, jax.random.PRNGKey(5))
+  from runner import configs
+  # Drawn by numpy in init_params' shapes: initialising them in jax compiles op by op for seconds.
+  rng = np.random.default_rng(5)
+  start = jax.tree.map(lambda leaf: rng.standard_normal(leaf.shape).astype(leaf.dtype),
+                       jax.eval_shape(lambda: init_params(TINY, jax.random.PRNGKey(5))))
   checkpoints.save_params(tmp_path / "converted" / "params", start)
   result = _train_with(tmp_path / "run", configs.TrainingConfig(1, optimizer=optax.sgd(0.0), log_every=1),
                        configs.CheckpointConfig(str(tmp_path / "converted")))
@@ -238,14 +242,15 @@ def test_a_refused_resume_leaves_the_run_as_it_was(tmp_path):
   assert _short_run(model_dir, run_config=recorded["config.gin"].decode()).step == 2  # resumed: nothing to do
 
 
-def test_a_flipped_bit_in_a_checkpoint_file_is_found_and_the_run_resumes_from_the_step_before(tmp_path, capsys):
+def test_a_flipped_bit_in_a_checkpoint_file_is_found_and_the_run_resumes_from_the_step_before(runs, tmp_path,
+                                                                                               capsys):
   """One bit flipped in the middle of the largest file of the latest step's params, the file's size
   unchanged: TensorStore reads it without complaint, the checksums saved with the step do not match
   the values read, so the step is set aside and the run resumes from step 6, the last verified one
   (issue 35). Before the checksums, the run resumed from the corrupt step 8."""
   import glob  # pylint: disable=g-import-not-at-top
   model_dir = tmp_path / "run"
-  run(model_dir)
+  shutil.copytree(runs[0] / "killed", model_dir)  # `runs`' resumed run: steps 3, 6 and 8, as `run` leaves them
   files = [path for path in glob.glob(f"{model_dir}/checkpoints/{STEPS}/params/**", recursive=True)
            if os.path.isfile(path)]
   largest = max(files, key=os.path.getsize)
