@@ -1,18 +1,17 @@
 """scripts.heap: HEAP's protocols as one command, and Tables 2 and 3 from each target's own run.
 
 The paper's figures the tables print are read back from the paper's own text (Tables 2 and 3 of
-../shared/papers/heap.txt, the extraction's LaTeX and its "SRPI" undone). The commands run as a
-user runs them (a subprocess, on the quickstart files, the tiny model, one or two steps, this
-run's compilation cache); a cell is checked against the items of its own run's predictions.jsonl
-and metrics.json.
+../shared/papers/heap.txt, the extraction's LaTeX and its "SRPI" undone). The commands run as
+their `__main__` runs them, in this process (tests/helpers/cli.py: a fresh interpreter would prove
+nothing more and import TensorFlow and seqio again for each command), on the quickstart files, the
+tiny model, one or two steps; a cell is checked against the items of its own run's
+predictions.jsonl and metrics.json.
 """
 import json
 import math
 import pathlib
 import re
 import shlex
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ from runner import heap_benchmark as bench
 from runner import outputs
 from t5_tasks import heap
 from tests.conftest import PROJECT_ROOT
+from tests.helpers import cli
 from tests.t5_tasks.test_tasks import write_heap_fixtures
 
 PAPER = PROJECT_ROOT.parent / "shared" / "papers" / "heap.txt"
@@ -118,10 +118,18 @@ def test_two_evaluations_of_one_checkpoint_are_not_two_seeds(tmp_path):
     bench.cell(runs, "CNG", heap.task_name)
 
 
-def heap_command(*arguments) -> subprocess.CompletedProcess:
-  result = subprocess.run([sys.executable, "-m", "scripts.heap", *arguments], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=600)
-  assert result.returncode == 0 and "Traceback" not in result.stderr, result.stdout[-3000:] + result.stderr[-3000:]
+def heap_run(*arguments) -> cli.CommandResult:
+  """`python -m scripts.heap ARGUMENTS`, run in this process as its `__main__` runs it."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from scripts import heap as heap_script  # pylint: disable=g-import-not-at-top
+  if "protocol" not in flags.FLAGS:  # its own flags, beside the gin ones, once per process
+    heap_script.define_flags()
+  return cli.run_script(heap_script.main, arguments, program="heap")
+
+
+def heap_command(*arguments) -> cli.CommandResult:
+  result = heap_run(*arguments)
+  assert result.code == 0 and "Traceback" not in result.stderr, result.stdout[-3000:] + result.stderr[-3000:]
   return result
 
 
@@ -258,7 +266,6 @@ def test_print_commands_prints_each_runs_training_and_its_own_evaluation(tmp_pat
 
 
 def test_a_macro_the_plan_sets_is_refused_with_the_flag_to_use():
-  result = subprocess.run([sys.executable, "-m", "scripts.heap", "--protocol=single_task", "--dry_run",
-                           "--gin.TRAIN_STEPS=5"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
-  assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == (
+  result = heap_run("--protocol=single_task", "--dry_run", "--gin.TRAIN_STEPS=5")
+  assert result.code == 1 and result.stderr.strip().splitlines()[-1] == (
       "error: --gin.TRAIN_STEPS: scripts.heap sets it for each run; use --train_steps"), result.stderr[-2000:]
