@@ -10,7 +10,9 @@ import pytest
 
 from models.config import T5Config
 from runner import memory_plan, preflight
-from tests.conftest import PROJECT_ROOT
+from scripts import preflight as preflight_script
+from tests.conftest import PROJECT_ROOT, xla_flags
+from tests.helpers import cli
 
 TINY = dict(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
             num_encoder_layers=2, num_decoder_layers=2)  # gin/models/t5_1_1/tiny.gin
@@ -51,7 +53,8 @@ def measure(sizes, batch, lengths):
           "plan_total": plan.total,
           "plan_arguments": plan.part("parameters") + plan.part("optimizer state (adafactor)") + plan.part("batch")}
 
-print(json.dumps(measure(%(sizes)r, 8, {"inputs": 64, "targets": 16})))
+for sizes in %(sizes)r:
+  print(json.dumps(measure(sizes, 8, {"inputs": 64, "targets": 16})))
 """
 
 _XXL_ARGS = ("--gin_file=gin/models/t5_1_1/xxl.gin", "--gin_file=gin/runs/finetune.gin",
@@ -60,24 +63,18 @@ _TINY_ARGS = ("--gin_file=gin/models/t5_1_1/tiny.gin", "--gin_file=gin/runs/fine
 
 
 @pytest.fixture(scope="module")
-def launched():
-  """Every subprocess of this file, started at once: they are single-threaded compiles and gin
-  parses, so on several cores the file takes as long as the slowest (small's compile), not the sum."""
-  env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
-  simulated = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4")
-
-  def start(argv, environment):
-    return subprocess.Popen(argv, cwd=PROJECT_ROOT, env=environment, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-  processes = {name: start([sys.executable, "-c", textwrap.dedent(_COMPILE_AND_PLAN % {"sizes": sizes})], simulated)
-               for name, sizes in (("small", SMALL), ("tiny", TINY))}
-  processes["xxl"] = start([sys.executable, "-m", "scripts.preflight", *_XXL_ARGS], env)
-  processes["tiny_cli"] = start([sys.executable, "-m", "scripts.preflight", *_TINY_ARGS], env)
-  yield processes
-  for process in processes.values():
-    if process.poll() is None:
-      process.kill()
+def compiled_sizes():
+  """The one subprocess of this file (its 4 simulated devices must be set before JAX starts), small
+  and tiny compiled in it, started by the first test and run beside the in-process ones (the test
+  that reads it is the file's last). It compiles with the suite's FAST_COMPILE: LLVM's optimisation
+  level changes the machine code, not XLA's buffer assignment (small's memory analysis is byte for
+  byte the same with and without it)."""
+  env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(devices=4))
+  process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_COMPILE_AND_PLAN % {"sizes": [SMALL, TINY]})],
+                             cwd=PROJECT_ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  yield process
+  if process.poll() is None:
+    process.kill()
 
 
 def _finish(process, expect_returncode=0):
@@ -86,17 +83,12 @@ def _finish(process, expect_returncode=0):
   return out, err
 
 
-def test_plan_is_within_20_percent_of_xla_memory_analysis_for_small(launched):
-  measured = {name: json.loads(_finish(launched[name])[0].splitlines()[-1]) for name in ("small", "tiny")}
-  for name, numbers in measured.items():
-    print(name, {key: f"{value / 2 ** 20:.1f} MiB" for key, value in numbers.items()},
-          f"plan / XLA total {numbers['plan_total'] / numbers['xla_total']:.2f}")
-  small = measured["small"]
-  # Parameters and optimizer state are the arguments XLA holds: exact shapes, exact shards.
-  assert small["plan_arguments"] == pytest.approx(small["xla_arguments"], rel=0.01)
-  assert small["plan_total"] == pytest.approx(small["xla_total"], rel=0.20)
-  # tiny: arguments exact; its total is dominated by temporaries XLA fuses away (no bound on it).
-  assert measured["tiny"]["plan_arguments"] == pytest.approx(measured["tiny"]["xla_arguments"], rel=0.01)
+def _preflight(argv, expect_returncode=0):
+  """`python -m scripts.preflight ARGV` in this process (tests/helpers/cli.py): a plan from gin
+  files, which needs no fresh interpreter; (stdout, stderr)."""
+  result = cli.run_script(preflight_script.main, argv, program="preflight")
+  assert result.code == expect_returncode, result.stdout + result.stderr[-4000:]
+  return result.stdout, result.stderr
 
 
 def _xxl_parameters_per_device(model: int) -> float:
@@ -113,8 +105,9 @@ def _xxl_parameters_per_device(model: int) -> float:
   return 4 * (embeddings + layers + norms + relpos)
 
 
-def test_xxl_on_32_by_8_of_16_gib_says_whether_it_fits_and_why(launched):
-  out, err = _finish(launched["xxl"], expect_returncode=1)
+def test_xxl_on_32_by_8_of_16_gib_says_whether_it_fits_and_why(compiled_sizes):
+  del compiled_sizes  # started here, the file's first test, so that it compiles while the others run
+  out, err = _preflight(_XXL_ARGS, expect_returncode=1)
   print(out, err)
   assert "mesh: data 32 x model 8 = 256 devices (planned from shapes" in out
   expected = _xxl_parameters_per_device(8)
@@ -143,8 +136,8 @@ def test_a_plan_that_does_not_fit_raises_with_the_arithmetic_and_a_mesh_that_fit
   preflight.check(config, mesh_shape=(data, model), batch_size=8, feature_lengths=lengths, device_memory_gib=1.0)
 
 
-def test_tiny_preflight_prints_processes_devices_mesh_batch_and_plan(launched):
-  out, _ = _finish(launched["tiny_cli"])
+def test_tiny_preflight_prints_processes_devices_mesh_batch_and_plan():
+  out, _ = _preflight(_TINY_ARGS)
   print(out)
   lines = out.splitlines()
   assert lines[0] == "processes: 1 (this is process 0)"
@@ -165,3 +158,17 @@ def test_remat_keeps_only_layer_inputs_and_accumulation_splits_the_rows():
   kept = remat.part("activations: layer inputs (remat)")
   assert kept == (8 * 512 * 8 + 8 * 128 * 8) * 512 * 4
   assert math.isclose(accumulated.part("gradients"), 3 * full.part("parameters"))
+
+
+def test_plan_is_within_20_percent_of_xla_memory_analysis_for_small(compiled_sizes):
+  small_line, tiny_line = _finish(compiled_sizes)[0].splitlines()[-2:]
+  measured = {"small": json.loads(small_line), "tiny": json.loads(tiny_line)}
+  for name, numbers in measured.items():
+    print(name, {key: f"{value / 2 ** 20:.1f} MiB" for key, value in numbers.items()},
+          f"plan / XLA total {numbers['plan_total'] / numbers['xla_total']:.2f}")
+  small = measured["small"]
+  # Parameters and optimizer state are the arguments XLA holds: exact shapes, exact shards.
+  assert small["plan_arguments"] == pytest.approx(small["xla_arguments"], rel=0.01)
+  assert small["plan_total"] == pytest.approx(small["xla_total"], rel=0.20)
+  # tiny: arguments exact; its total is dominated by temporaries XLA fuses away (no bound on it).
+  assert measured["tiny"]["plan_arguments"] == pytest.approx(measured["tiny"]["xla_arguments"], rel=0.01)
