@@ -37,13 +37,31 @@ def _eval_lines(path) -> list[dict]:
   return [json.loads(line) for line in storage.read_text(path).splitlines()]
 
 
-def test_evaluation_during_training_and_the_best_checkpoint_live_in_the_bucket(bucket, tmp_path):
-  model_dir = f"{bucket}/run"
-  _train(model_dir, 4)
-  _train(model_dir, 6)  # a restart reads the evaluations and the best step back from the bucket
-  _train(tmp_path / "run", 6)
+@pytest.fixture(scope="module")
+def evaluated_runs(gcs_emulator, tmp_path_factory):
+  """A run in the bucket evaluated every 2 steps, stopped after step 4 and resumed to step 6 (a
+  restart reads the evaluations and the best step back from the bucket), and the same 6 steps on a
+  local disk: (bucket run, local run). The export test exports the bucket run's last step."""
+  import gcsfs  # pylint: disable=g-import-not-at-top
+  model_dir = "gs://runs/evaluated_runs/run"
+  with pytest.MonkeyPatch.context() as patch:  # tests/conftest.py's `bucket` routing, for the module
+    for variable in ("TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"):
+      patch.delenv(variable, raising=False)
+    patch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator.url)
+    storage.route_gs_traffic()
+    gcsfs.GCSFileSystem.clear_instance_cache()
+    _train(model_dir, 4)
+    _train(model_dir, 6)
+    gcsfs.GCSFileSystem.clear_instance_cache()
+  local = tmp_path_factory.mktemp("evaluated") / "run"
+  _train(local, 6)
+  return model_dir, local
+
+
+def test_evaluation_during_training_and_the_best_checkpoint_live_in_the_bucket(bucket, evaluated_runs):
+  model_dir, local = evaluated_runs
   in_bucket = _eval_lines(run_dir.RunDir(model_dir).eval_metrics)
-  on_disk = _eval_lines(run_dir.RunDir(str(tmp_path / "run")).eval_metrics)
+  on_disk = _eval_lines(run_dir.RunDir(str(local)).eval_metrics)
   assert [line["step"] for line in in_bucket] == [2, 4, 6]
   assert in_bucket == on_disk
   best = checkpoints.recorded_best(checkpoints.best_checkpoint_manager(model_dir, "max"))
@@ -69,10 +87,8 @@ def test_a_reward_model_is_normalised_into_the_bucket_and_loads_from_it(bucket):
                              np.asarray(trained["reward_head"]["bias"]) - record["offset"], rtol=0, atol=1e-6)
 
 
-def test_a_bucket_checkpoint_exports_to_hugging_face_in_the_bucket(bucket):
-  model_dir = f"{bucket}/run"
-  _train(model_dir, 2, every=0, best_metric=None)
-  config, params = checkpoints.load_params(model_dir)
+def test_a_bucket_checkpoint_exports_to_hugging_face_in_the_bucket(bucket, evaluated_runs):
+  config, params = checkpoints.load_params(evaluated_runs[0])  # its last step, 6
   export = f"{bucket}/hf"
   checkpoint_export.save_hf_t5(export, config, params)
   assert storage.is_file(storage.join(export, "config.json"))
