@@ -22,6 +22,7 @@ import pytest
 from models.config import T5Config
 from runner import checkpoints
 from tests.helpers import cli
+from tests.helpers.params import random_params
 from tests.helpers.processes import script_env
 from tests.helpers.processes import signal_at_line
 from tests.runner.conftest import python_runner
@@ -154,12 +155,8 @@ def test_an_unknown_task_name_stops_before_the_model_dir_exists_and_names_close_
 
 def test_initial_checkpoint_path_starts_from_a_params_only_checkpoint(tmp_path):
   import optax
-  from models.network import init_params
   from runner import configs
-  # Drawn by numpy in init_params' shapes: initialising them in jax compiles op by op for seconds.
-  rng = np.random.default_rng(5)
-  start = jax.tree.map(lambda leaf: rng.standard_normal(leaf.shape).astype(leaf.dtype),
-                       jax.eval_shape(lambda: init_params(TINY, jax.random.PRNGKey(5))))
+  start = random_params(TINY, 5)
   checkpoints.save_params(tmp_path / "converted" / "params", start)
   result = _train_with(tmp_path / "run", configs.TrainingConfig(1, optimizer=optax.sgd(0.0), log_every=1),
                        configs.CheckpointConfig(str(tmp_path / "converted")))
