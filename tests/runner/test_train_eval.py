@@ -10,13 +10,13 @@ from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.util import tensor_util
 
 import t5_tasks  # pylint: disable=unused-import  # registers the tasks
-from models.network import init_params
 from runner import checkpoints
 from runner import configs
 from runner import partitioning
 from runner import train
 from runner import training_evaluation
 from runner import trainer
+from tests.helpers.params import random_params
 from tests.runner.test_train_entry import TINY
 from tests.runner.test_train_entry import numbered_batches
 
@@ -138,7 +138,7 @@ def test_evaluation_during_training_scores_with_the_configured_normalization(tmp
   does: 'none' is the summed log-likelihood, 'token' that sum over the scored tokens."""
   from runner import scoring_loop  # pylint: disable=g-import-not-at-top
 
-  params = init_params(TINY, jax.random.PRNGKey(0))
+  params = random_params(TINY, 0)
   records = {}
   for normalization in ("none", "token"):
     evaluation = training_evaluation.make(
