@@ -6,14 +6,13 @@ import re
 import signal
 import sys
 
-import jax
 import pytest
 
 from models.config import T5Config
-from models.network import init_params
 from runner import checkpoints
 from scripts import evaluate as evaluate_script
 from tests.helpers import cli
+from tests.helpers.params import random_params
 from tests.helpers.processes import script_env
 from tests.helpers.processes import signal_at_line
 
@@ -27,7 +26,7 @@ SITUATIONS = 64  # generation inputs: many more batches than pass before the sig
 def checkpoint(tmp_path_factory):
   """A params-only checkpoint of the tiny model, random, with its config."""
   directory = tmp_path_factory.mktemp("ckpt")
-  checkpoints.save_params(str(directory / "params"), init_params(CONFIG, jax.random.PRNGKey(0)))
+  checkpoints.save_params(str(directory / "params"), random_params(CONFIG, 0))
   checkpoints.write_model_config(str(directory), CONFIG)
   return directory
 
