@@ -9,7 +9,6 @@ import pathlib
 import shutil
 
 import gin
-import jax
 import pytest
 import seqio
 
@@ -17,7 +16,6 @@ import t5_tasks  # pylint: disable=unused-import  # registers the tasks
 import storage
 from models import scoring
 from models.config import T5Config
-from models.network import init_params
 from runner import checkpoints
 from runner import configs
 from runner import data
@@ -28,6 +26,7 @@ from runner import run_dir
 from runner import train
 from scripts import build_tfds
 from t5_tasks import tasks
+from tests.helpers.params import random_params
 
 TINY = T5Config(vocab_size=384, emb_dim=32, num_heads=2, head_dim=8, mlp_dim=64,
                 num_encoder_layers=1, num_decoder_layers=1)
@@ -118,7 +117,7 @@ def test_asq_evaluates_with_its_test_file_alone(shared_data, gin_config, tmp_pat
   assert not (tmp_path / "run").exists()
 
   checkpoint = tmp_path / "ckpt"
-  checkpoints.save_params(str(checkpoint / "params"), init_params(TINY, jax.random.PRNGKey(0)))
+  checkpoints.save_params(str(checkpoint / "params"), random_params(TINY, 0))
   checkpoints.write_model_config(str(checkpoint), TINY)
   metrics = evaluate.evaluate(dataset=configs.DatasetConfig("asq_intent_cloze", LENGTHS, "test", 64),
                               checkpoint_path=str(checkpoint), output_dir=str(tmp_path / "eval"))
