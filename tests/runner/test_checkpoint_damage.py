@@ -15,7 +15,6 @@ from runner import checkpoints
 from runner import partitioning
 from runner import train as train_lib
 from runner import trainer
-from tests.helpers.params import random_params
 
 # After the first failed read orbax abandons the other reads' coroutines, and Python reports each
 # when it is collected: noise about a failure these tests cause on purpose.
@@ -56,6 +55,13 @@ DAMAGE = {"missing _METADATA": _remove_metadata, "missing manifest.ocdbt": _remo
           "truncated chunk": _truncate_chunk}
 
 
+def _random_params(config, seed):
+  """Parameters of `config`'s shapes, drawn by numpy: initialising them in jax compiles for seconds."""
+  rng = np.random.default_rng(seed)
+  shapes = jax.eval_shape(lambda: init_params(config, jax.random.PRNGKey(0)))
+  return jax.tree.map(lambda leaf: rng.standard_normal(leaf.shape).astype(leaf.dtype), shapes)
+
+
 @pytest.fixture(scope="module")
 def saved_run(tmp_path_factory):
   """A run directory with steps 1 and 2 (different parameters), and the parameters of each."""
@@ -63,7 +69,7 @@ def saved_run(tmp_path_factory):
   manager = checkpoints.checkpoint_manager(str(run))
   saved = {}
   for step in (1, 2):
-    params = jax.device_put(random_params(CONFIG, step))
+    params = jax.device_put(_random_params(CONFIG, step))
     checkpoints.save(manager, step, params, OPTIMIZER.init(params), {"batches": step})
     saved[step] = jax.device_get(params)
   manager.wait_until_finished()
