@@ -62,22 +62,27 @@ def test_a_calls_temporaries_reuse_the_pages_of_the_call_before():
 # The tiny model scoring 32 items of 436 + 4 x 14 tokens: YNNPACK's fused kernels allocate their
 # intermediates on XLA's worker threads. After the imports `scripts.evaluate` makes (TensorFlow,
 # seqio), before the backend starts or after it; it prints the page faults of each call after the
-# first 3.
+# first 3. The config is gin/models/t5_1_1/tiny.gin's, read as scripts.benchmark's `model_config`
+# reads it without importing the benchmark (torch and transformers, ~4 s of CPU, and no part of
+# scripts.evaluate); the parameters are numpy's random numbers in the network's shapes (Flax's
+# init, op by op, cost ~3 s more; the temporaries depend on shapes, not values).
 SCORING = """
 import json, resource, sys
-import jax, numpy as np
+import gin, jax, numpy as np
 import t5_tasks
 from models import network
 from runner import data, host_memory, partitioning, scorers
-from scripts import benchmark
 if sys.argv[1] == "backend_first":
   jax.devices()
 host_memory.reuse_freed_memory()
-config = benchmark.model_config("tiny")
-params = jax.device_put(network.init_params(config, jax.random.PRNGKey(0)))
+gin.parse_config_file("gin/models/t5_1_1/tiny.gin")
+config = gin.query_parameter("%MODEL_CONFIG").scoped_configurable_fn()
+gin.clear_config()
+rng = np.random.default_rng(0)
+shapes = jax.eval_shape(lambda: network.init_params(config, jax.random.PRNGKey(0)))
+params = jax.device_put(jax.tree.map(lambda s: (0.05 * rng.standard_normal(s.shape)).astype(s.dtype), shapes))
 mesh = partitioning.create_mesh(1, 1, devices=jax.devices()[:1])
 score_fn = scorers.make_score_fn(config, "likelihood", "token", partitioning.Partitioner.for_mesh(mesh))
-rng = np.random.default_rng(0)
 candidates = rng.integers(3, 259, (32, 4, 14)).astype(np.int32)
 mask = np.ones(candidates.shape, bool)
 arrays = partitioning.global_batch({"input_ids": rng.integers(3, 259, (32, 436)).astype(np.int32),
