@@ -1,4 +1,5 @@
 """Offline evaluation on the quickstart tasks with a random tiny model: outputs, scores, resuming."""
+import functools
 import json
 
 import gin
@@ -63,6 +64,7 @@ def _scored_tasks():
           if SPLIT in t.splits and t.score_metric_fns]
 
 
+@functools.cache  # heap_ah's are read by two tests
 def _task_arrays(task_name):
   """The task's items straight from seqio, padded by tests.helpers.batching (not by runner.data)."""
   examples = list(seqio.get_mixture_or_task(task_name).get_dataset(
@@ -71,15 +73,23 @@ def _task_arrays(task_name):
   return examples, arrays
 
 
+# Candidates per item the direct computations pad to (the quickstart tasks' most): one shape for every
+# task, so score_candidates compiles once rather than once per task; an empty candidate scores 0.
+CANDIDATE_SLOTS = 4
+
+
 def _in_batches(score_fn, arrays):
-  """score_fn over rows padded to BATCH x LENGTHS (the shapes evaluation compiled, so no recompiling)."""
+  """score_fn over rows padded to BATCH x LENGTHS and CANDIDATE_SLOTS candidates (one shape for
+  every task, so no recompiling); the scores of the item's own candidates."""
   rows = -(-len(arrays["input_ids"]) // BATCH) * BATCH
   inputs = np.zeros((rows, LENGTHS["inputs"]), np.int32)
   inputs[:len(arrays["input_ids"]), :arrays["input_ids"].shape[1]] = arrays["input_ids"]
-  candidates = np.zeros((rows,) + arrays["candidate_ids"].shape[1:], np.int32)
-  candidates[:len(arrays["candidate_ids"])] = arrays["candidate_ids"]
+  count, slots, length = arrays["candidate_ids"].shape
+  assert slots <= CANDIDATE_SLOTS, slots
+  candidates = np.zeros((rows, CANDIDATE_SLOTS, length), np.int32)
+  candidates[:count, :slots] = arrays["candidate_ids"]
   scores = [np.asarray(score_fn(inputs[i:i + BATCH], candidates[i:i + BATCH])) for i in range(0, rows, BATCH)]
-  return np.concatenate(scores)[:len(arrays["input_ids"])]
+  return np.concatenate(scores)[:count, :slots]
 
 
 def _span_mask(candidates, first_sentinel):
