@@ -111,12 +111,22 @@ def _warned(lines: list[str], where: str) -> set[str]:
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
   """(stdout, JSON records) of `--quick` on tiny as a user runs it, the profile suite included: one
-  process, so the profile's train steps are the training suite's, compiled once."""
+  process, so the profile's train steps are the training suite's, compiled once.
+
+  A fresh process (its console is the claim), held to one core as on a one-core machine: the
+  benchmark gives torch and XLA a thread per core it may use, and on the suite's busy two cores a
+  tiny torch op with two threads waits for the descheduled one (a Linear ~50x slower, and the
+  waiting burns CPU), which was 30 of the run's 80 s of CPU. The numbers of --quick mean nothing."""
   path = tmp_path_factory.mktemp("bench") / "bench.jsonl"
-  result = subprocess.run(
-      [sys.executable, "-m", "scripts.benchmark", "--model=tiny", "--quick", f"--json={path}",
-       "--suites=scoring,training,generation,profile"],  # the import and evaluation suites: below
-      cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, check=False)
+  every_core = os.sched_getaffinity(0)
+  os.sched_setaffinity(0, {min(every_core)})  # this thread's, which the child inherits
+  try:
+    result = subprocess.run(
+        [sys.executable, "-m", "scripts.benchmark", "--model=tiny", "--quick", f"--json={path}",
+         "--suites=scoring,training,generation,profile"],  # the import and evaluation suites: below
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, check=False)
+  finally:
+    os.sched_setaffinity(0, every_core)
   assert result.returncode == 0, result.stderr[-3000:]
   # The console is the benchmark's own lines: no absl INFO lines (JAX probing for a TPU) and no
   # progress bar from Hugging Face saving the twin.
