@@ -47,16 +47,16 @@ def pytest_configure(config):
 # worker busy minutes after the other has finished (the Makefile turns off xdist's own order,
 # most tests first, which put the multi-process modules last).
 LONGEST_MODULES = (
-    "tests/test_readme.py",  # 284
-    "tests/runner/test_multi_process.py",  # 188
-    "tests/runner/test_pod_bucket.py",  # 82 (alone)
-    "tests/runner/test_train_entry.py",  # 68
-    "tests/runner/test_evaluate.py",  # 67
-    "tests/runner/test_memory_plan.py",  # 66
-    "tests/scripts/test_benchmark.py",  # 62
-    "tests/runner/test_multi_process_evaluation.py",  # 54
-    "tests/runner/test_sharded_evaluation.py",  # 50
-    "tests/runner/test_learning.py",  # 47
+    "tests/test_readme.py",  # 424
+    "tests/runner/test_multi_process.py",  # 179
+    "tests/runner/test_pod_bucket.py",  # 157
+    "tests/runner/test_train_entry.py",  # 84
+    "tests/scripts/test_benchmark.py",  # 70
+    "tests/runner/test_bucket_runs.py",  # 65
+    "tests/runner/test_evaluate.py",  # 45
+    "tests/runner/test_multi_process_evaluation.py",  # 41
+    "tests/scripts/test_best_of_n.py",  # 40
+    "tests/runner/test_learning.py",  # 38
 )
 
 
