@@ -26,7 +26,7 @@ from runner import run_dir
 from runner import train
 from scripts import build_tfds
 from t5_tasks import tasks
-from tests.helpers.params import random_params
+from tests.models.t5x_fixtures import random_params
 
 TINY = T5Config(vocab_size=384, emb_dim=32, num_heads=2, head_dim=8, mlp_dim=64,
                 num_encoder_layers=1, num_decoder_layers=1)

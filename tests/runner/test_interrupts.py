@@ -12,7 +12,7 @@ from models.config import T5Config
 from runner import checkpoints
 from scripts import evaluate as evaluate_script
 from tests.helpers import cli
-from tests.helpers.params import random_params
+from tests.models.t5x_fixtures import random_params
 from tests.helpers.processes import script_env
 from tests.helpers.processes import signal_at_line
 

@@ -80,28 +80,15 @@ def test_small_on_a_1x4_mesh_holds_a_quarter_per_device_and_scores_as_one_device
       from models import reward as reward_lib, scoring
       from models.config import T5Config
       from runner import checkpoints, partitioning
+      from tests.models.t5x_fixtures import random_params
 
       config = T5Config(vocab_size=32128, emb_dim=512, num_heads=6, head_dim=64, mlp_dim=1024,
                         num_encoder_layers=8, num_decoder_layers=8, mlp_activations=("gelu", "linear"),
                         logits_via_embedding=False)
-      # Random parameters drawn as models/network.py's initializers draw them (T5's: N(0, 1) embedding,
-      # N(0, 1/fan_in) kernels, the query's also / head_dim, layer norms 1; the reward head's N(0,
-      # 1/(d_model + 1))), by numpy: jax's threefry takes ~10 s of CPU for small's 77M numbers.
-      shapes = flax.traverse_util.flatten_dict(
-          jax.eval_shape(lambda: reward_lib.init_reward_params(config, jax.random.PRNGKey(5))), sep="/")
-      draw = np.random.default_rng(5)
-
-      def random_leaf(name, shape):
-        if name.endswith("/scale"):
-          return np.ones(shape, np.float32)
-        if name == "reward_head/bias":
-          return np.zeros(shape, np.float32)
-        std = {"token_embedder/embedding": 1.0, "reward_head/kernel": (config.emb_dim + 1) ** -0.5}.get(
-            name, (shape[-2] * (config.head_dim if "/query/" in name else 1)) ** -0.5)
-        return np.float32(std) * draw.standard_normal(shape, np.float32)
-
-      checkpoints.save_params("small/params", flax.traverse_util.unflatten_dict(
-          {name: random_leaf(name, leaf.shape) for name, leaf in shapes.items()}, sep="/"))
+      # The network's random parameters drawn by numpy (jax's threefry takes ~10 s of CPU for small's
+      # 77M numbers), the reward head by init_reward_params.
+      checkpoints.save_params("small/params", reward_lib.init_reward_params(
+          config, jax.random.PRNGKey(5), random_params(config, 5)))
       checkpoints.write_model_config("small", config)
       mesh = partitioning.create_mesh(1, 4)
       _, params = checkpoints.load_params("small", config, partitioning.Partitioner.for_mesh(mesh))

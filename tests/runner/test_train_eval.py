@@ -16,7 +16,7 @@ from runner import partitioning
 from runner import train
 from runner import training_evaluation
 from runner import trainer
-from tests.helpers.params import random_params
+from tests.models.t5x_fixtures import random_params
 from tests.runner.test_train_entry import TINY
 from tests.runner.test_train_entry import numbered_batches
 
