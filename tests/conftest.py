@@ -8,6 +8,7 @@ Compilation is still half of the in-process tests' time (about 1,000 programs), 
 for speed of compilation (FAST_COMPILE, in XLA_FLAGS for every worker and subprocess): LLVM's
 optimisations change how fast the tiny programs run, not what they compute (~20% less CPU).
 """
+import contextlib
 import os
 import pathlib
 import shutil
@@ -92,16 +93,25 @@ def gcs_emulator(tmp_path_factory):
   emulator.stop()
 
 
-@pytest.fixture
-def bucket(gcs_emulator, monkeypatch, request):
-  """A fresh `gs://runs/<test>` prefix on the emulator, with this process's gs:// traffic routed
-  there (STORAGE_EMULATOR_HOST, as a subprocess given `gcs_emulator.env` routes its own)."""
+@contextlib.contextmanager
+def gs_traffic_to(emulator, monkeypatch):
+  """This process's gs:// traffic routed to `emulator` (STORAGE_EMULATOR_HOST, as a subprocess
+  given `emulator.env` routes its own) until the block ends and `monkeypatch` is undone."""
   import gcsfs  # pylint: disable=g-import-not-at-top
   import storage  # pylint: disable=g-import-not-at-top
   for variable in ("TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"):
     monkeypatch.delenv(variable, raising=False)
-  monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator.url)
+  monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator.url)
   storage.route_gs_traffic()
   gcsfs.GCSFileSystem.clear_instance_cache()  # one made before the emulator would go to Google
-  yield f"gs://runs/{request.node.name.replace('[', '-').rstrip(']')}"
-  gcsfs.GCSFileSystem.clear_instance_cache()
+  try:
+    yield
+  finally:
+    gcsfs.GCSFileSystem.clear_instance_cache()
+
+
+@pytest.fixture
+def bucket(gcs_emulator, monkeypatch, request):
+  """A fresh `gs://runs/<test>` prefix on the emulator, with this process's gs:// traffic routed there."""
+  with gs_traffic_to(gcs_emulator, monkeypatch):
+    yield f"gs://runs/{request.node.name.replace('[', '-').rstrip(']')}"

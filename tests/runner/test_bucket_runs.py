@@ -21,6 +21,7 @@ from runner import partitioning
 from runner import run_dir
 from runner import train
 import storage
+from tests.conftest import gs_traffic_to
 from tests.helpers.processes import script_env
 from tests.runner.test_train_eval import BEST
 from tests.runner.test_train_eval import _train
@@ -42,17 +43,10 @@ def evaluated_runs(gcs_emulator, tmp_path_factory):
   """A run in the bucket evaluated every 2 steps, stopped after step 4 and resumed to step 6 (a
   restart reads the evaluations and the best step back from the bucket), and the same 6 steps on a
   local disk: (bucket run, local run). The export test exports the bucket run's last step."""
-  import gcsfs  # pylint: disable=g-import-not-at-top
   model_dir = "gs://runs/evaluated_runs/run"
-  with pytest.MonkeyPatch.context() as patch:  # tests/conftest.py's `bucket` routing, for the module
-    for variable in ("TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"):
-      patch.delenv(variable, raising=False)
-    patch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator.url)
-    storage.route_gs_traffic()
-    gcsfs.GCSFileSystem.clear_instance_cache()
+  with pytest.MonkeyPatch.context() as patch, gs_traffic_to(gcs_emulator, patch):
     _train(model_dir, 4)
     _train(model_dir, 6)
-    gcsfs.GCSFileSystem.clear_instance_cache()
   local = tmp_path_factory.mktemp("evaluated") / "run"
   _train(local, 6)
   return model_dir, local
