@@ -9,12 +9,15 @@ for speed of compilation (FAST_COMPILE, in XLA_FLAGS for every worker and subpro
 optimisations change how fast the tiny programs run, not what they compute (~20% less CPU).
 """
 import contextlib
+import gc
 import os
 import pathlib
 import shutil
 import tempfile
 
 import pytest
+
+import scripts  # pylint: disable=unused-import  # its collector thresholds, for the workers too
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
@@ -41,6 +44,13 @@ def pytest_configure(config):
   config.jax_cache_dir = tempfile.mkdtemp(prefix="jax_compilation_cache_")
   os.environ.update(JAX_COMPILATION_CACHE_DIR=config.jax_cache_dir,
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+
+
+def pytest_collection_finish(session):
+  """Each worker has imported every test module (TensorFlow, JAX, torch, transformers): what they
+  made lives until the run ends, so no collection walks it again (scripts/__init__.py says why)."""
+  del session
+  gc.freeze()
 
 
 # The modules that take longest (seconds of one fresh-clone `make test`, 2 cores), started first:
