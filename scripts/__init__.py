@@ -5,7 +5,7 @@ exits. At Python's default thresholds the collector walks them all again and aga
 are imported and used (a gen-0 collection each 700 allocations, a full one each 100 of those),
 and once more at exit. Collecting young objects each 10,000 allocations instead, and freezing
 what is left at exit (the OS frees it faster than the collector walks it), makes a tiny training
-about 30% cheaper in CPU (session 42: 23-24 s -> 16 s on 2 cores; cycles are still collected).
+a fifth to a third cheaper in CPU (23-24 s -> 16-18.5 s on 2 cores; cycles are still collected).
 Set here, in the package every `python -m scripts.X` imports first, so that it covers their imports.
 """
 import atexit
