@@ -12,6 +12,7 @@ import itertools
 import json
 import re
 import shutil
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -167,6 +168,15 @@ def _partial_steps(manager) -> list[epath.Path]:
   return [path for path in epath.Path(manager.directory).glob("*.orbax-checkpoint-tmp*")]
 
 
+def _join_orbax_writers(timeout_s: float = 60.0) -> None:
+  """orbax re-raises the first failed write while its other writes (each a thread of its futures
+  module) go on; files they write after the partial step is removed would bring it back. orbax's
+  join re-raises its thread's error, so threading's join waits instead (the first error is named)."""
+  for thread in threading.enumerate():
+    if type(thread).__module__.startswith("orbax.") and thread is not threading.current_thread():
+      threading.Thread.join(thread, timeout_s)
+
+
 def _no_space(manager, step, needed: str) -> CheckpointWriteError:
   saved = manager.all_steps()
   return CheckpointWriteError(
@@ -185,6 +195,7 @@ def naming_write_failure(manager, step):
     if isinstance(error, CheckpointWriteError) or not any(text in str(error) for text in _NO_SPACE):
       raise
     failed = re.search(r"/(\d+)\.orbax-checkpoint-tmp", str(error))
+    _join_orbax_writers()
     if jax.process_index() == 0:
       for partial in _partial_steps(manager):
         storage.remove_tree(str(partial))
