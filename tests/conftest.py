@@ -61,16 +61,18 @@ def pytest_collection_finish(session):
 # worker busy minutes after the other has finished (the Makefile turns off xdist's own order,
 # most tests first, which put the multi-process modules last).
 LONGEST_MODULES = (
-    "tests/test_readme.py",  # 424
-    "tests/runner/test_multi_process.py",  # 179
-    "tests/runner/test_pod_bucket.py",  # 157
+    "tests/test_readme.py",  # 455
+    "tests/runner/test_multi_process.py",  # 232
+    "tests/runner/test_pod_bucket.py",  # 153
     "tests/runner/test_train_entry.py",  # 84
-    "tests/scripts/test_benchmark.py",  # 70
-    "tests/runner/test_bucket_runs.py",  # 65
-    "tests/runner/test_evaluate.py",  # 45
+    "tests/runner/test_bucket_runs.py",  # 80
+    "tests/scripts/test_benchmark.py",  # 54
+    "tests/scripts/test_best_of_n.py",  # 48
     "tests/runner/test_multi_process_evaluation.py",  # 41
-    "tests/scripts/test_best_of_n.py",  # 40
-    "tests/runner/test_learning.py",  # 38
+    "tests/runner/test_evaluate.py",  # 40
+    "tests/runner/test_host_memory.py",  # 37
+    "tests/t5_tasks/test_tfds_parity.py",  # 36
+    "tests/runner/test_learning.py",  # 31
 )
 
 
