@@ -164,6 +164,11 @@ class CheckpointWriteError(OSError):
 _NO_SPACE = ("No space left on device", "Disk quota exceeded", "RESOURCE_EXHAUSTED")
 
 
+def says_no_space(text: str) -> bool:
+  """Whether an error's text is a write refused for want of space."""
+  return any(said in text for said in _NO_SPACE)
+
+
 def _partial_steps(manager) -> list[epath.Path]:
   """Step directories orbax had not finished writing (it renames `<step>.orbax-checkpoint-tmp*` when done)."""
   return [path for path in epath.Path(manager.directory).glob("*.orbax-checkpoint-tmp*")]
@@ -194,7 +199,7 @@ def naming_write_failure(manager, step):
   try:
     yield
   except Exception as error:  # pylint: disable=broad-except  # orbax re-raises its thread's error as it was
-    if isinstance(error, CheckpointWriteError) or not any(text in str(error) for text in _NO_SPACE):
+    if isinstance(error, CheckpointWriteError) or not says_no_space(str(error)):
       raise
     failed = re.search(r"/(\d+)\.orbax-checkpoint-tmp", str(error))
     _join_orbax_writers()

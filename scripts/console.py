@@ -28,9 +28,14 @@ def _not_gins_probe(record) -> bool:
 
 
 def _not_orbax_write_failure(record) -> bool:
-  """orbax logs a failed write with its traceback from each of its threads; the main thread then
-  says it in one line (runner.checkpoints.CheckpointWriteError)."""
-  return not ("/orbax/" in record.pathname and "RESOURCE_EXHAUSTED" in record.getMessage())
+  """orbax logs a failed write with its traceback from each of its threads, the error in the
+  message or in the record's exception; the main thread then says it in one line
+  (runner.checkpoints.CheckpointWriteError)."""
+  if "/orbax/" not in record.pathname:
+    return True
+  from runner import checkpoint_integrity  # pylint: disable=g-import-not-at-top  # orbax (and jax) run by now
+  said = record.getMessage() + ("" if not record.exc_info else f" {record.exc_info[1]}")
+  return not checkpoint_integrity.says_no_space(said)
 
 
 def _without_closed_loop_callbacks(report=sys.unraisablehook):

@@ -1,6 +1,7 @@
 """A full disk while a checkpoint is written: one line saying which step was not written and that
 the earlier ones are intact, no partial step left behind, no library tracebacks (issue 35)."""
 import gc
+import logging
 import re
 import shutil
 import subprocess
@@ -65,12 +66,15 @@ def test_a_step_that_cannot_fit_is_refused_before_a_file_is_written(small_disk, 
   assert capfd.readouterr().err == ""
 
 
-def test_a_disk_that_fills_while_orbax_writes_leaves_no_partial_step(small_disk, monkeypatch):
+def test_a_disk_that_fills_while_orbax_writes_leaves_no_partial_step(small_disk, monkeypatch, caplog):
   """The space was there when the step started (another process filled the disk meanwhile):
-  orbax's own failure is the same one line, and the partial step is removed. The console's hook
-  keeps TensorStore's late callbacks (their event loop closed) off stderr."""
+  orbax's own failure is the same one line, and the partial step is removed. The console's filter
+  keeps orbax's logged tracebacks of it off stderr, its hook TensorStore's late callbacks (their
+  event loop closed)."""
   dropped = []
   monkeypatch.setattr(sys, "unraisablehook", console._without_closed_loop_callbacks(dropped.append))  # pylint: disable=protected-access
+  absl = logging.getLogger("absl")
+  monkeypatch.setattr(absl, "filters", [*absl.filters, console._not_orbax_write_failure])  # pylint: disable=protected-access
   run = small_disk / "run"
   manager = checkpoints.checkpoint_manager(str(run))
   _save(manager, 1)
@@ -81,6 +85,8 @@ def test_a_disk_that_fills_while_orbax_writes_leaves_no_partial_step(small_disk,
   _assert_refused(error, run, 2)
   # orbax's other writes had ended before the partial step was removed (a late one would bring it back)
   assert not [t.name for t in threading.enumerate() if type(t).__module__.startswith("orbax.")]
+  logged = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+  assert not logged, logged  # orbax's threads logged their failure with tracebacks: the one line says it
   gc.collect()
   assert not dropped, [str(u.exc_value) for u in dropped]  # only the closed loops' callbacks were unraisable
 
