@@ -174,14 +174,19 @@ def _partial_steps(manager) -> list[epath.Path]:
   return [path for path in epath.Path(manager.directory).glob("*.orbax-checkpoint-tmp*")]
 
 
+def orbax_threads() -> list[threading.Thread]:
+  """The live threads of orbax's futures module (each writes part of a step), other than this one."""
+  return [thread for thread in threading.enumerate()
+          if type(thread).__module__.startswith("orbax.") and thread is not threading.current_thread()]
+
+
 def _join_orbax_writers(timeout_s: float = 60.0) -> None:
-  """orbax re-raises the first failed write while its other writes (each a thread of its futures
-  module) go on; files they write after the partial step is removed would bring it back. orbax's
-  join re-raises its thread's error, so threading's join waits instead (the first error is named)."""
+  """orbax re-raises the first failed write while its other writes go on; files they write after
+  the partial step is removed would bring it back. orbax's join re-raises its thread's error, so
+  threading's join waits instead (the first error is named)."""
   deadline = time.monotonic() + timeout_s  # one wait in all (a thread may wait on a barrier no host reaches)
-  for thread in threading.enumerate():
-    if type(thread).__module__.startswith("orbax.") and thread is not threading.current_thread():
-      threading.Thread.join(thread, max(0.0, deadline - time.monotonic()))
+  for thread in orbax_threads():
+    threading.Thread.join(thread, max(0.0, deadline - time.monotonic()))
 
 
 def _no_space(manager, step, needed: str) -> CheckpointWriteError:

@@ -6,7 +6,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import types
 
 import jax
@@ -84,7 +83,7 @@ def test_a_disk_that_fills_while_orbax_writes_leaves_no_partial_step(small_disk,
     _save(manager, 2)
   _assert_refused(error, run, 2)
   # orbax's other writes had ended before the partial step was removed (a late one would bring it back)
-  assert not [t.name for t in threading.enumerate() if type(t).__module__.startswith("orbax.")]
+  assert not [thread.name for thread in checkpoint_integrity.orbax_threads()]
   # orbax's threads log their failure with tracebacks through absl: the one line says it
   logged = [record.getMessage() for record in caplog.records
             if record.name == "absl" and record.levelno >= logging.WARNING]
