@@ -242,6 +242,27 @@ class ReaderSource(seqio.FunctionDataSource):
     return {"files": files, "examples": examples, "configuration": task_configuration()}
 
 
+class Task(seqio.Task):
+  """A seqio.Task whose training shuffle buffer holds at most one pass over its split.
+
+  seqio repeats a split before it shuffles it (`Task.get_dataset`), so its buffer of 1,000
+  examples over a split of 20 holds 50 copies of each. A buffer of the whole split already lets
+  every example come next; the copies add nothing to the order but work: the first batch waits
+  until 1,000 examples per task are preprocessed, about 2.5 s of CPU at the start of every
+  training run on the quickstart mixture's seven tasks. Splits of 1,000 examples or more keep
+  seqio's buffer.
+  """
+
+  def get_dataset(self, sequence_length=None, split="train", use_cached=False, shuffle=True,
+                  shuffle_buffer_size=None, **kwargs):
+    if shuffle and shuffle_buffer_size is None and self.shuffle_buffer_size and not use_cached:
+      examples = self.source.num_input_examples(split)
+      if examples:
+        shuffle_buffer_size = min(self.shuffle_buffer_size, examples)
+    return super().get_dataset(sequence_length, split=split, use_cached=use_cached, shuffle=shuffle,
+                               shuffle_buffer_size=shuffle_buffer_size, **kwargs)
+
+
 class TfdsSourceWithProvenance(seqio.TfdsDataSource):
   """seqio's TFDS source that records its data provenance: the dataset's name, version and splits,
   and the prepared folder's content (`file_record`), so that a `_tfds` task's evaluation is tied
@@ -341,6 +362,7 @@ def register_family(family: families.TaskFamily) -> tuple[str, ...]:
     for name, (source, steps) in sources.items():
       seqio.TaskRegistry.add(
           name,
+          task_cls=Task,
           source=source,
           preprocessors=[*steps, *_TOKENIZE],
           output_features=CANDIDATE_FEATURES,

@@ -365,3 +365,23 @@ def test_quickstart_files_are_announced_once_and_marked_in_the_provenance(capsys
   assert provenance["files"] and all(f["quickstart"] for f in provenance["files"])
   assert provenance["files"][0]["sha256"] and provenance["files"][0]["bytes"] > 0
   assert provenance["examples"]["test"] == source.num_input_examples("test")
+
+
+@pytest.mark.parametrize("examples, buffer", [(20, 20), (1500, seqio.SHUFFLE_BUFFER_SIZE)])
+def test_a_training_shuffle_buffer_holds_at_most_one_pass_over_the_split(examples, buffer):
+  """seqio repeats a split before shuffling it: the first example waits for the buffer to fill.
+  A split smaller than seqio's buffer fills it with one pass, not with copies of itself."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  preprocessed = []
+  def count(dataset):
+    def seen(value):
+      preprocessed.append(int(value))
+      return value
+    return dataset.map(lambda ex: {"value": tf.py_function(seen, [ex["value"]], tf.int64)})
+  source = seqio.FunctionDataSource(lambda split, shuffle_files, seed=None: tf.data.Dataset.range(examples).map(
+      lambda value: {"value": value}), splits=["train"], num_input_examples={"train": examples})
+  task = tasks.Task("shuffle_buffer_probe", source, output_features={}, preprocessors=[count])
+  first = next(task.get_dataset(None, "train", shuffle=True, seed=0, num_epochs=None).as_numpy_iterator())
+  # The buffer filled, plus what tf.data's prefetching took meanwhile (a few elements).
+  assert buffer <= len(preprocessed) < buffer + 50, len(preprocessed)
+  assert first["value"] in range(examples)
