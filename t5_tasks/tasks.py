@@ -246,21 +246,20 @@ class Task(seqio.Task):
   """A seqio.Task whose training shuffle buffer holds at most one pass over its split.
 
   seqio repeats a split before it shuffles it (`Task.get_dataset`), so its buffer of 1,000
-  examples over a split of 20 holds 50 copies of each. A buffer of the whole split already lets
-  every example come next; the copies add nothing to the order but work: the first batch waits
-  until 1,000 examples per task are preprocessed, about 2.5 s of CPU at the start of every
-  training run on the quickstart mixture's seven tasks. Splits of 1,000 examples or more keep
+  examples over a split of 20 holds 50 copies of each. A buffer of the whole split already draws
+  each example from all of it; the copies add repeats, not more of the split, and the first batch
+  waits until 1,000 examples per task are preprocessed (about 2.5 s of CPU at the start of every
+  training run on the quickstart mixture's seven tasks). Splits of 1,000 examples or more keep
   seqio's buffer.
   """
 
   def get_dataset(self, sequence_length=None, split="train", use_cached=False, shuffle=True,
-                  shuffle_buffer_size=None, **kwargs):
+                  shuffle_buffer_size=None, *args, **kwargs):  # seqio.Task.get_dataset's order
     if shuffle and shuffle_buffer_size is None and self.shuffle_buffer_size and not use_cached:
       examples = self.source.num_input_examples(split)
       if examples:
         shuffle_buffer_size = min(self.shuffle_buffer_size, examples)
-    return super().get_dataset(sequence_length, split=split, use_cached=use_cached, shuffle=shuffle,
-                               shuffle_buffer_size=shuffle_buffer_size, **kwargs)
+    return super().get_dataset(sequence_length, split, use_cached, shuffle, shuffle_buffer_size, *args, **kwargs)
 
 
 class TfdsSourceWithProvenance(seqio.TfdsDataSource):
