@@ -249,8 +249,8 @@ class Task(seqio.Task):
   examples over a split of 20 holds 50 copies of each. A buffer of the whole split already draws
   each example from all of it; the copies add repeats, not more of the split, and the first batch
   waits until 1,000 examples per task are preprocessed (about 2.5 s of CPU at the start of every
-  training run on the quickstart mixture's seven tasks). Splits of 1,000 examples or more keep
-  seqio's buffer.
+  training run on the quickstart mixture's six training splits of 15 to 100 examples). Splits of
+  1,000 examples or more keep seqio's buffer.
   """
 
   def get_dataset(self, sequence_length=None, split="train", use_cached=False, shuffle=True,
