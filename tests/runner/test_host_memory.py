@@ -103,6 +103,8 @@ def test_the_worker_threads_blocks_are_reused_when_it_runs_before_the_backend_st
     pytest.skip("a host with GPU or TPU devices keeps glibc's arenas")
   late, first = _run("backend_first", SCORING), _run("settings_first", SCORING)
   # Started before the settings, the worker threads have arenas of their own and map their large
-  # blocks afresh on every call.
-  assert statistics.median(late["faults"]) > 10_000, late
-  assert statistics.median(first["faults"]) < 0.01 * statistics.median(late["faults"]), first
+  # blocks afresh: ~135,000 pages a call on an idle machine. Which arena a thread takes also depends
+  # on how the threads meet, so on a loaded machine some calls fault nothing ([0, 40604, 40602, 0, 0,
+  # 0, 0] once, in a full suite run beside other work): the control needs one call that faults.
+  assert max(late["faults"]) > 10_000, late
+  assert statistics.median(first["faults"]) < 0.01 * max(late["faults"]), first
