@@ -17,8 +17,10 @@ from runner import train as train_lib
 from runner import trainer
 
 # After the first failed read orbax abandons the other reads' coroutines, and Python reports each
-# when it is collected: noise about a failure these tests cause on purpose.
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+# when it is collected, as an unraisable exception or (once in a full suite run) as a RuntimeWarning:
+# noise about a failure these tests cause on purpose.
+pytestmark = [pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+              pytest.mark.filterwarnings("ignore:coroutine '.*' was never awaited:RuntimeWarning")]
 
 CONFIG = T5Config(vocab_size=64, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
                   num_encoder_layers=1, num_decoder_layers=1)
