@@ -23,6 +23,23 @@ def _silent_stderr():
     os.close(devnull)
 
 
+@contextlib.contextmanager
+def _keras_without_scikit_learn():
+  """TensorFlow imports all of Keras 3 at start-up (its SavedModel registry), and seqio's
+  tensorflow_text needs it; Keras imports scikit-learn for its estimator wrappers, which nothing
+  here uses: about 0.5 s of every data command's start. Keras is told scikit-learn is absent while
+  seqio loads; a module that imports scikit-learn later (the baselines) gets it as usual."""
+  if "sklearn" in sys.modules:
+    yield
+    return
+  sys.modules["sklearn"] = None  # `import sklearn` raises ImportError, which Keras expects
+  try:
+    yield
+  finally:
+    if sys.modules.get("sklearn", False) is None:
+      del sys.modules["sklearn"]
+
+
 # TensorFlow here runs only the input pipeline (string and integer ops, no float math); its oneDNN
 # kernels print an absl error line on the console the first time an int64 op runs on a CPU whose
 # AVX-512 they do not accept (`oneDNN supports DT_INT64 only on platforms with AVX-512`: in `make
@@ -30,7 +47,8 @@ def _silent_stderr():
 # places an op, so it holds even where TensorFlow was imported before this package.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-with _silent_stderr() if "tensorflow" not in sys.modules else contextlib.nullcontext():
+_quiet = _silent_stderr() if "tensorflow" not in sys.modules else contextlib.nullcontext()
+with _quiet, _keras_without_scikit_learn():
   import seqio  # pylint: disable=g-import-not-at-top,unused-import
 
 from t5_tasks import mixtures  # pylint: disable=g-import-not-at-top

@@ -9,10 +9,15 @@ import sys
 
 _PROGRAM = """
 import json
+import sys
 import t5_tasks
 import seqio
+loaded_by_the_import = sorted(name for name in sys.modules if name.split(".")[0] == "sklearn")
+from t5_tasks.baselines import tfidf_advice  # scikit-learn, after the import kept it from Keras
 print(json.dumps({"tasks": sorted(seqio.TaskRegistry.names()),
-                  "mixtures": sorted(seqio.MixtureRegistry.names())}))
+                  "mixtures": sorted(seqio.MixtureRegistry.names()),
+                  "sklearn_loaded_by_the_import": loaded_by_the_import,
+                  "sklearn_afterwards": type(tfidf_advice.neighbors.NearestNeighbors()).__module__}))
 """
 
 
@@ -36,3 +41,6 @@ def test_import_registers_everything_silently():
           f"heap_cluster_{k}" for k in heap.CLUSTERS} | {
               f"heap_cross_cluster_{k}_{c.lower()}" for k, members in heap.CLUSTERS.items() for c in members}
   assert set(result["mixtures"]) == expected_mixtures
+  # Keras's scikit-learn wrappers are not loaded (t5_tasks/__init__.py), and scikit-learn itself works.
+  assert result["sklearn_loaded_by_the_import"] == []
+  assert result["sklearn_afterwards"] == "sklearn.neighbors._unsupervised"
