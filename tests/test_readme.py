@@ -170,10 +170,11 @@ def case_of(command: str) -> Case | None:
 
 
 def _not_the_source(folder, names) -> set[str]:
-  """What the project's copy leaves out: outputs, caches, the venv (linked instead) and git."""
+  """What the project's copy leaves out: outputs, caches, the venv (linked instead) and git. The
+  bytecode comes along (`make test` writes it first; Python checks it against each source's time
+  and size), so the commands do not compile the project again where PYTHONDONTWRITEBYTECODE is set."""
   left_out = {".git", ".venv", "runs", "build", "tmp", "tpu_logs"} if folder == str(PROJECT_ROOT) else set()
-  return {n for n in names if n in left_out or n.endswith(".egg-info") or n in (
-      "__pycache__", ".pytest_cache", ".hypothesis")}
+  return {n for n in names if n in left_out or n.endswith(".egg-info") or n in (".pytest_cache", ".hypothesis")}
 
 
 class Workspace:

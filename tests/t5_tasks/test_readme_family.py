@@ -18,7 +18,7 @@ from tests.conftest import PROJECT_ROOT
 # A path the walk-through names, then the block that is that file's whole text.
 NAMED_BLOCK = re.compile(r"`([\w./-]+)`:\n\n```\w*\n(.*?)^```$", re.M | re.S)
 TOP_LEVEL_LEFT_OUT = {".git", ".venv", "runs", "build", "tmp"}  # outputs, the venv, git
-LEFT_OUT = {"__pycache__", ".pytest_cache", ".hypothesis"}
+LEFT_OUT = {".pytest_cache", ".hypothesis"}  # bytecode is copied: checked against each source's time
 
 
 def walkthrough_files() -> dict[str, str]:
