@@ -68,12 +68,13 @@ _TINY_ARGS = ("--gin_file=gin/models/t5_1_1/tiny.gin", "--gin_file=gin/runs/fine
 @pytest.fixture(scope="module")
 def compiled_sizes():
   """The one subprocess of this file (its 4 simulated devices must be set before JAX starts), small
-  (2 layers a stack) and tiny compiled in it, started by the first test and run beside the in-process ones (the test
-  that reads it is the file's last). It compiles with the suite's FAST_COMPILE: LLVM's optimisation
-  level changes the machine code, not XLA's buffer assignment (small's memory analysis is byte for
-  byte the same with and without it)."""
+  (2 layers a stack) and tiny compiled in it, started by the first test and run beside the
+  in-process ones (the test that reads it is the file's last). It compiles with the suite's
+  FAST_COMPILE: LLVM's optimisation level changes the machine code, not XLA's buffer assignment
+  (small's memory analysis is byte for byte the same with and without it)."""
   env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(devices=4))
-  process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_COMPILE_AND_PLAN % {"sizes": [SMALL_2_LAYERS, TINY]})],
+  program = textwrap.dedent(_COMPILE_AND_PLAN % {"sizes": [SMALL_2_LAYERS, TINY]})
+  process = subprocess.Popen([sys.executable, "-c", program],
                              cwd=PROJECT_ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
   yield process
   if process.poll() is None:
