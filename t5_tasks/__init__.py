@@ -23,21 +23,26 @@ def _silent_stderr():
     os.close(devnull)
 
 
+# What Keras imports only for features nothing here uses: scikit-learn for its estimator wrappers
+# (~0.5 s of CPU), matplotlib's pyplot for its image plots (~0.2 s). A report imports pyplot itself.
+KERAS_EXTRAS = ("sklearn", "matplotlib")
+
+
 @contextlib.contextmanager
-def _keras_without_scikit_learn():
+def _keras_without_extras():
   """TensorFlow imports all of Keras 3 at start-up (its SavedModel registry), and seqio's
-  tensorflow_text needs it; Keras imports scikit-learn for its estimator wrappers, which nothing
-  here uses: about 0.5 s of every data command's start. Keras is told scikit-learn is absent while
-  seqio loads; a module that imports scikit-learn later (the baselines) gets it as usual."""
-  if "sklearn" in sys.modules:
-    yield
-    return
-  sys.modules["sklearn"] = None  # `import sklearn` raises ImportError, which Keras expects
+  tensorflow_text needs it: every data command pays for it. Keras is told KERAS_EXTRAS are absent
+  while seqio loads (it imports them in `try` blocks); a module that imports them later (the
+  baselines, the report) gets them as usual."""
+  hidden = [name for name in KERAS_EXTRAS if name not in sys.modules]
+  for name in hidden:
+    sys.modules[name] = None  # `import name` raises ImportError, which Keras expects
   try:
     yield
   finally:
-    if sys.modules.get("sklearn", False) is None:
-      del sys.modules["sklearn"]
+    for name in hidden:
+      if sys.modules.get(name, False) is None:
+        del sys.modules[name]
 
 
 # TensorFlow here runs only the input pipeline (string and integer ops, no float math); its oneDNN
@@ -48,7 +53,7 @@ def _keras_without_scikit_learn():
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 _quiet = _silent_stderr() if "tensorflow" not in sys.modules else contextlib.nullcontext()
-with _quiet, _keras_without_scikit_learn():
+with _quiet, _keras_without_extras():
   import seqio  # pylint: disable=g-import-not-at-top,unused-import
 
 from t5_tasks import mixtures  # pylint: disable=g-import-not-at-top

@@ -10,11 +10,12 @@ import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-from scipy import stats
 
 # The paired tests between two systems (scripts.compare's), over the per-item credit defined here.
 from t5_tasks.statistics import mcnemar_exact, paired_bootstrap, paired_permutation, second_test  # pylint: disable=unused-import
 
+# scipy.stats is imported by the functions that use it: loading it is ~0.5 s of CPU, and every
+# command that reads data imports this module (via t5_tasks), training too, which computes no metric.
 NUM_BOOTSTRAP = 1000
 CONFIDENCE = 0.95
 
@@ -52,6 +53,7 @@ def _bootstrap(statistic, *samples, num_bootstrap, seed, paired=False) -> tuple[
   if len(samples[0]) < 2:
     value = float(statistic(*samples, axis=-1))
     return value, value
+  from scipy import stats  # pylint: disable=g-import-not-at-top
   with warnings.catch_warnings():
     # Tiny samples can resample to constant vectors (an undefined correlation): a NaN bound.
     warnings.simplefilter("ignore", stats.DegenerateDataWarning)
@@ -145,6 +147,7 @@ def item_groups(target: Mapping[str, Any]) -> set[str]:
 
 def _spearman_rows(x, y, axis=-1):
   """Spearman correlation along the last axis: Pearson correlation of average ranks."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top
   rx = stats.rankdata(x, axis=axis)
   ry = stats.rankdata(y, axis=axis)
   rx = rx - rx.mean(axis=axis, keepdims=True)
@@ -161,6 +164,7 @@ def spearman(predicted, human, *, num_bootstrap=NUM_BOOTSTRAP, seed=0) -> Estima
                      f"{y.shape}")
   if x.size < 3:
     return Estimate(math.nan, math.nan, math.nan)
+  from scipy import stats  # pylint: disable=g-import-not-at-top
   value = float(stats.spearmanr(x, y).statistic)
   low, high = _bootstrap(_spearman_rows, x, y, num_bootstrap=num_bootstrap, seed=seed,
                          paired=True)

@@ -6,7 +6,6 @@ permutation test (random sign flips of the per-item differences) where a tie giv
 Pure functions of arrays of per-item credit, as metrics.py's.
 """
 import numpy as np
-from scipy import stats
 
 CONFIDENCE = 0.95  # the intervals' level, as metrics.py's
 DECIMALS = 12  # differences of means are rounded to this: float noise has no sign
@@ -51,6 +50,7 @@ def mcnemar_exact(a, b) -> dict[str, float]:
     raise ValueError("McNemar's test needs 0/1 credit; a tie's fractional credit needs the permutation test")
   a_better, b_better = (int(x) for x in credit_won(a, b))
   discordant = a_better + b_better
+  from scipy import stats  # pylint: disable=g-import-not-at-top  # here, not at start-up (metrics.py)
   p = 1.0 if discordant == 0 else float(stats.binomtest(a_better, discordant, 0.5).pvalue)
   return {"test": MCNEMAR, "a_better": a_better, "b_better": b_better, "p": p}
 

@@ -12,12 +12,18 @@ import json
 import sys
 import t5_tasks
 import seqio
-loaded_by_the_import = sorted(name for name in sys.modules if name.split(".")[0] == "sklearn")
+# What Keras would load for features unused here, and scipy.stats (imported where a metric needs it).
+unused = ("sklearn", "matplotlib", "scipy.stats")
+loaded_by_the_import = sorted(name for name in sys.modules if name.startswith(unused))
 from t5_tasks.baselines import tfidf_advice  # scikit-learn, after the import kept it from Keras
+from runner import report  # matplotlib's pyplot, likewise
+from t5_tasks import metrics
 print(json.dumps({"tasks": sorted(seqio.TaskRegistry.names()),
                   "mixtures": sorted(seqio.MixtureRegistry.names()),
-                  "sklearn_loaded_by_the_import": loaded_by_the_import,
-                  "sklearn_afterwards": type(tfidf_advice.neighbors.NearestNeighbors()).__module__}))
+                  "unused_loaded_by_the_import": loaded_by_the_import,
+                  "sklearn_afterwards": type(tfidf_advice.neighbors.NearestNeighbors()).__module__,
+                  "pyplot_afterwards": report.plt.figure().__module__,
+                  "spearman_afterwards": metrics.spearman([1, 2, 3, 4], [1, 3, 2, 4], num_bootstrap=10).value}))
 """
 
 
@@ -41,6 +47,9 @@ def test_import_registers_everything_silently():
           f"heap_cluster_{k}" for k in heap.CLUSTERS} | {
               f"heap_cross_cluster_{k}_{c.lower()}" for k, members in heap.CLUSTERS.items() for c in members}
   assert set(result["mixtures"]) == expected_mixtures
-  # Keras's scikit-learn wrappers are not loaded (t5_tasks/__init__.py), and scikit-learn itself works.
-  assert result["sklearn_loaded_by_the_import"] == []
+  # Keras's scikit-learn wrappers and image plots are not loaded (t5_tasks/__init__.py), nor scipy.stats
+  # (t5_tasks/metrics.py); each works when imported afterwards.
+  assert result["unused_loaded_by_the_import"] == []
   assert result["sklearn_afterwards"] == "sklearn.neighbors._unsupervised"
+  assert result["pyplot_afterwards"] == "matplotlib.figure"
+  assert abs(result["spearman_afterwards"] - 0.8) < 1e-12  # 1 - 6 * 2 / (4 * 15): two adjacent ranks swapped
