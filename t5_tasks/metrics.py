@@ -10,12 +10,12 @@ import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+# scipy.stats is imported by the functions that use it: loading it is ~0.5 s of CPU, and every
+# command that reads data imports this module (via t5_tasks), training too, which computes no metric.
 
 # The paired tests between two systems (scripts.compare's), over the per-item credit defined here.
 from t5_tasks.statistics import mcnemar_exact, paired_bootstrap, paired_permutation, second_test  # pylint: disable=unused-import
 
-# scipy.stats is imported by the functions that use it: loading it is ~0.5 s of CPU, and every
-# command that reads data imports this module (via t5_tasks), training too, which computes no metric.
 NUM_BOOTSTRAP = 1000
 CONFIDENCE = 0.95
 

@@ -28,6 +28,15 @@ FAST_COMPILE = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensive
                 "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1")
 
 
+def not_the_source(folder, names) -> set[str]:
+  """`shutil.copytree`'s ignore for a copy of the project (the README's workspace, the task-family
+  walk-through): outputs, caches, the venv and git stay behind. The bytecode comes along (`make test`
+  writes it first; Python checks it against each source's time and size), so the copy's commands do
+  not compile the project again where PYTHONDONTWRITEBYTECODE is set."""
+  left_out = {".git", ".venv", "runs", "build", "tmp", "tpu_logs"} if folder == str(PROJECT_ROOT) else set()
+  return {n for n in names if n in left_out or n.endswith(".egg-info") or n in (".pytest_cache", ".hypothesis")}
+
+
 def xla_flags(devices: int | None = None) -> str:
   """XLA_FLAGS for a test's subprocess: the suite's FAST_COMPILE, and `devices` simulated CPU devices."""
   return FAST_COMPILE + (f" --xla_force_host_platform_device_count={devices}" if devices else "")

@@ -38,6 +38,7 @@ from typing import Callable
 import pytest
 
 from tests.conftest import PROJECT_ROOT
+from tests.conftest import not_the_source
 from tests.conftest import SHARED_DATA
 from tests.helpers import browser
 
@@ -169,21 +170,13 @@ def case_of(command: str) -> Case | None:
   return max(matching, key=lambda case: len(case.prefix), default=None)
 
 
-def _not_the_source(folder, names) -> set[str]:
-  """What the project's copy leaves out: outputs, caches, the venv (linked instead) and git. The
-  bytecode comes along (`make test` writes it first; Python checks it against each source's time
-  and size), so the commands do not compile the project again where PYTHONDONTWRITEBYTECODE is set."""
-  left_out = {".git", ".venv", "runs", "build", "tmp", "tpu_logs"} if folder == str(PROJECT_ROOT) else set()
-  return {n for n in names if n in left_out or n.endswith(".egg-info") or n in (".pytest_cache", ".hypothesis")}
-
-
 class Workspace:
   """A temp copy of the project, the folders the README's absolute paths name, and the runs."""
 
   def __init__(self, tmp):
     self.root = tmp / "project"
     self.outside = tmp / "outside"
-    shutil.copytree(PROJECT_ROOT, self.root, symlinks=True, ignore=_not_the_source)
+    shutil.copytree(PROJECT_ROOT, self.root, symlinks=True, ignore=not_the_source)
     (self.root / ".venv").symlink_to(PROJECT_ROOT / ".venv")
     self.git("init", "-q")
     (self.root / ".git" / "info" / "exclude").write_text(".venv\n")

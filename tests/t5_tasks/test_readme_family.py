@@ -14,11 +14,10 @@ import subprocess
 import sys
 
 from tests.conftest import PROJECT_ROOT
+from tests.conftest import not_the_source
 
 # A path the walk-through names, then the block that is that file's whole text.
 NAMED_BLOCK = re.compile(r"`([\w./-]+)`:\n\n```\w*\n(.*?)^```$", re.M | re.S)
-TOP_LEVEL_LEFT_OUT = {".git", ".venv", "runs", "build", "tmp"}  # outputs, the venv, git
-LEFT_OUT = {".pytest_cache", ".hypothesis"}  # bytecode is copied: checked against each source's time
 
 
 def walkthrough_files() -> dict[str, str]:
@@ -29,9 +28,7 @@ def walkthrough_files() -> dict[str, str]:
 
 
 def _copy(root):
-  shutil.copytree(PROJECT_ROOT, root, ignore=lambda folder, names: {
-      n for n in names if n in LEFT_OUT or n.endswith(".egg-info")
-      or (folder == str(PROJECT_ROOT) and n in TOP_LEVEL_LEFT_OUT)})
+  shutil.copytree(PROJECT_ROOT, root, ignore=not_the_source)
   for args in (["init", "-q"], ["add", "-A"],
                ["-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q", "-m", "copy"]):
     subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
