@@ -143,8 +143,11 @@ def create_mesh(data=-1, model=1, devices=None) -> Mesh:
   return jax.make_mesh((data, model), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=devices)
 
 
+@functools.lru_cache(maxsize=8)
 def logical_param_specs(config: T5Config):
-  """Logical PartitionSpecs of the Transformer's parameters, found without allocating them."""
+  """Logical PartitionSpecs of the Transformer's parameters, found without allocating them; kept
+  per config, for the memory plan and the run ask for them in turn (a trace of the model each).
+  Read-only: callers flatten it into dicts of their own."""
   ones = jnp.ones((1, 1), jnp.int32)
   boxed = jax.eval_shape(lambda: Transformer(config).init(jax.random.PRNGKey(0), ones, ones))
   return nn.get_partition_spec(boxed)["params"]

@@ -213,3 +213,30 @@ def test_the_best_checkpoint_is_verified_too(saved_run, tmp_path):
   with pytest.raises(checkpoints.CheckpointDamagedError, match=re.escape(
       f"checkpoint {params_dir.parent} is damaged: {params_dir}: the values of ")):
     checkpoints.load_params(str(params_dir.parent), CONFIG)
+
+
+def _checksum_in_numpy(values: np.ndarray) -> str:
+  """checkpoint_integrity's documented checksum, computed independently: the array's words (a 16-bit
+  value in the low half of a uint32), weighted by 2i+1 and by (i * 2654435761) | 1 for flat index i,
+  each summed mod 2^32."""
+  words = values.reshape(-1).view(f"uint{values.dtype.itemsize * 8}").astype(np.uint64)
+  index = np.arange(words.size, dtype=np.uint64)
+  first = int(np.sum(words * (2 * index + 1) % 2**32) % 2**32)
+  second = int(np.sum(words * ((index * 2654435761 % 2**32) | 1) % 2**32) % 2**32)
+  return "%08x%08x" % (first, second)
+
+
+def test_checksums_are_the_documented_sums_and_a_flipped_bit_changes_both():
+  """Steps saved by earlier versions are verified with these sums, so the way they are computed (one
+  jitted function per leaf) must not change them; a bit flipped anywhere changes both halves."""
+  from runner import checkpoint_integrity  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  tree = {"kernel": rng.normal(size=(3, 5, 4)).astype(np.float32),
+          "scale": rng.normal(size=(7,)).astype(jax.numpy.bfloat16),
+          "count": np.array(12, np.int32), "same_shape": rng.normal(size=(3, 5, 4)).astype(np.float32)}
+  found = checkpoint_integrity.checksums(jax.device_put(tree))
+  assert found == {f"['{name}']": _checksum_in_numpy(values) for name, values in tree.items()}
+  flipped = tree["kernel"].copy()
+  flipped.reshape(-1).view(np.uint32)[37] ^= 1 << 20
+  changed = checkpoint_integrity.checksums(jax.device_put({"kernel": flipped}))["['kernel']"]
+  assert changed[:8] != found["['kernel']"][:8] and changed[8:] != found["['kernel']"][8:]
