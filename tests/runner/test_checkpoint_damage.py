@@ -11,6 +11,7 @@ import pytest
 
 from models.config import T5Config
 from models.network import init_params
+from runner import checkpoint_integrity
 from runner import checkpoints
 from runner import partitioning
 from runner import train as train_lib
@@ -227,9 +228,8 @@ def _checksum_in_numpy(values: np.ndarray) -> str:
 
 
 def test_checksums_are_the_documented_sums_and_a_flipped_bit_changes_both():
-  """Steps saved by earlier versions are verified with these sums, so the way they are computed (one
-  jitted function per leaf) must not change them; a bit flipped anywhere changes both halves."""
-  from runner import checkpoint_integrity  # pylint: disable=g-import-not-at-top
+  """Every saved step is verified with these sums, so however they come to be computed they must not
+  change (a step saved before would no longer read); a bit flipped anywhere changes both halves."""
   rng = np.random.default_rng(0)
   tree = {"kernel": rng.normal(size=(3, 5, 4)).astype(np.float32),
           "scale": rng.normal(size=(7,)).astype(jax.numpy.bfloat16),
