@@ -31,6 +31,8 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 REWARD_HEAD_FILE = "reward_head.safetensors"
 REWARD_HEAD_NOTE = "reward_head.md"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+SENTENCEPIECE_MODEL = "spiece.model"  # the name T5Tokenizer reads
 # Our activations -> HF's feed_forward_proj, where HF computes the same function (our "gelu" is the
 # tanh approximation: HF's "gated-gelu" uses it, HF's plain "gelu" does not).
 _FEED_FORWARD = {activations: proj for proj, activations in checkpoint_import.FEED_FORWARD.items()
@@ -108,6 +110,33 @@ def hf_config(config: T5Config) -> dict:
   }
 
 
+def hf_tokenizer_files(vocabulary: dict, sentencepiece_model: bytes | None = None) -> dict[str, bytes]:
+  """{file name: bytes} for `transformers.AutoTokenizer` to give a vocabulary's own ids.
+
+  `vocabulary` is runner.model_inputs' description ("kind" 'sentencepiece' with the model's bytes,
+  or 'bytes'; "extra_ids"). Sentinels follow seqio: `<extra_id_N>` is id vocab_size - 1 - N, as
+  T5Tokenizer numbers them. ByT5Tokenizer numbers its sentinels the other way (`<extra_id_0>` is
+  the first id after the bytes), so a byte vocabulary's are listed with their ids.
+  """
+  extra_ids = int(vocabulary["extra_ids"])
+  if vocabulary["kind"] == "sentencepiece":
+    config = {"tokenizer_class": "T5Tokenizer", "extra_ids": extra_ids}
+    return {SENTENCEPIECE_MODEL: sentencepiece_model, TOKENIZER_CONFIG: _json_bytes(config)}
+  if vocabulary["kind"] != "bytes":
+    raise CheckpointExportError(f"a {vocabulary['kind']} vocabulary has no Hugging Face tokenizer")
+  size = 3 + 256 + extra_ids  # pad, eos, unk, the bytes (seqio.ByteVocabulary, ByT5Tokenizer)
+  special = {"special": True, "lstrip": False, "rstrip": False, "normalized": False, "single_word": False}
+  tokens = {0: "<pad>", 1: "</s>", 2: "<unk>", **{size - 1 - n: f"<extra_id_{n}>" for n in range(extra_ids)}}
+  config = {"tokenizer_class": "ByT5Tokenizer", "extra_ids": 0,
+            "additional_special_tokens": [f"<extra_id_{n}>" for n in range(extra_ids)],
+            "added_tokens_decoder": {str(i): {"content": token, **special} for i, token in sorted(tokens.items())}}
+  return {TOKENIZER_CONFIG: _json_bytes(config)}
+
+
+def _json_bytes(value) -> bytes:
+  return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
+
+
 def _float32(value, name) -> np.ndarray:
   array = np.asarray(value)
   if not np.issubdtype(array.dtype, np.floating) and array.dtype.name != "bfloat16":
@@ -175,13 +204,14 @@ def _write_text(directory: str, name: str, text: str) -> str:
   return path
 
 
-def save_hf_t5(directory, config: T5Config, params) -> list[str]:
+def save_hf_t5(directory, config: T5Config, params, extra_files: dict[str, bytes] | None = None) -> list[str]:
   """Writes `directory` (local or gs://) as a Hugging Face T5 checkpoint of `params`; returns the
   files written.
 
   Refuses a directory that holds a complete checkpoint (a config.json); the files of an
   interrupted export are replaced. A reward head (`params['reward_head']`) is written as
-  REWARD_HEAD_FILE with its note.
+  REWARD_HEAD_FILE with its note. `extra_files` ({name: bytes}: the tokenizer's, the record of
+  the model's inputs) are written before config.json.
   """
   directory = storage.absolute(directory)  # a local path as an absolute one, a bucket's as it is
   if storage.exists(storage.join(directory, CONFIG_FILE)):
@@ -197,5 +227,9 @@ def save_hf_t5(directory, config: T5Config, params) -> list[str]:
   else:
     for name in (REWARD_HEAD_FILE, REWARD_HEAD_NOTE):  # left by an interrupted export of a reward model
       storage.remove(storage.join(directory, name))
+  for name, content in (extra_files or {}).items():
+    path = storage.join(directory, name)
+    storage.write_bytes(path, content)
+    written.append(path)
   written.append(_write_text(directory, CONFIG_FILE, config_json))
   return written

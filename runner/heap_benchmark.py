@@ -176,6 +176,7 @@ def write_base_checkpoint(model_dir: str, config, initial_checkpoint_path: str |
   import jax  # pylint: disable=g-import-not-at-top
   from models import reward as reward_lib  # pylint: disable=g-import-not-at-top
   from runner import checkpoints  # pylint: disable=g-import-not-at-top
+  from runner import model_inputs  # pylint: disable=g-import-not-at-top
   loaded = checkpoints.load_params(initial_checkpoint_path, config)[1] if initial_checkpoint_path else None
   if loaded is not None and reward_lib.HEAD in loaded:
     raise ValueError(f"{initial_checkpoint_path}: already has a reward head; the base setup scores a "
@@ -183,6 +184,7 @@ def write_base_checkpoint(model_dir: str, config, initial_checkpoint_path: str |
   params = reward_lib.init_reward_params(config, jax.random.PRNGKey(seed), loaded)
   checkpoints.save_params(storage.join(model_dir, "params"), params)
   checkpoints.write_model_config(model_dir, config)
+  model_inputs.copy(initial_checkpoint_path, model_dir)
 
 
 def run_accuracy(eval_dir: str, task: str) -> dict:

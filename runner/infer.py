@@ -27,6 +27,7 @@ from runner import checkpoints
 from runner import configs
 from runner import data
 from runner import host_memory
+from runner import model_inputs
 from runner import partitioning
 from runner.progress import Progress
 import storage
@@ -247,7 +248,8 @@ def infer(*, model_config: T5Config | None = None, checkpoint_path: str, output_
   `format_inputs` and `vocabulary`), else the inputs of `dataset`'s task (its split; one
   generation task, not a mixture). One line per input: `id`, `inputs` (the model's input text),
   `predictions` (num_samples texts) and, for a task, `references`. `dataset.task_feature_lengths`
-  gives the input length and (`targets`) the longest sample; `dataset.batch_size` the rows
+  (None: those the checkpoint recorded, `runner.model_inputs`) gives the input length and
+  (`targets`) the longest sample; a vocabulary other than the checkpoint's recorded one is refused; `dataset.batch_size` the rows
   sampled at once (its seed and use_cached are unused). `sampling` (default
   `configs.SamplingConfig()`) gives NUM_SAMPLES, TOP_P, TEMPERATURE and SEED; with its
   `reward_checkpoint_path` a line also holds `rewards`, `best` and `kl` (best-of-N over the
@@ -268,8 +270,9 @@ def infer(*, model_config: T5Config | None = None, checkpoint_path: str, output_
   sampling = configs.SamplingConfig() if sampling is None else sampling
   partitioner = partitioning.Partitioner() if partitioner is None else partitioner
   situations = Situations() if situations is None else situations
-  task_name, split, lengths, batch_size = (dataset.mixture_or_task_name, dataset.split,
-                                           dataset.task_feature_lengths, dataset.batch_size)
+  recorded = model_inputs.read(checkpoint_path)
+  lengths = model_inputs.feature_lengths(recorded, dataset.task_feature_lengths, f"CHECKPOINT_PATH {checkpoint_path}")
+  task_name, split, batch_size = dataset.mixture_or_task_name, dataset.split, dataset.batch_size
   input_file, vocabulary = situations.input_file, situations.vocabulary
   storage.check_reachable(output_file, "INFER_OUTPUT_FILE")
   partitioner.initialize()  # before anything touches a device
@@ -285,6 +288,8 @@ def infer(*, model_config: T5Config | None = None, checkpoint_path: str, output_
     rows, input_ids, vocabulary = task_inputs(task_name, split, lengths)
   else:
     raise ValueError("infer: give a generation task (MIXTURE_OR_TASK_NAME) or an input_file of situations")
+  model_inputs.check_vocabulary(recorded, model_inputs.describe_vocabulary(vocabulary),
+                                f"CHECKPOINT_PATH {checkpoint_path}")
   if not rows:  # an empty output file would read as a finished run
     raise ValueError(f"infer: nothing to generate for: {input_file} holds no situations" if input_file is not None
                      else f"infer: nothing to generate for: task {task_name} has no {split!r} inputs")

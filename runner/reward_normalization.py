@@ -18,6 +18,7 @@ from runner import checkpoints
 from runner import configs
 from runner import data
 from runner import host_memory
+from runner import model_inputs
 from runner import partitioning
 from runner import run_dir
 import storage
@@ -76,6 +77,7 @@ def normalize(config: T5Config, params, *, source: str, output_dir: str, task_na
   shifted = reward_lib.shift_to_zero_mean(params, mean)
   checkpoints.save_params(output_dir, shifted)
   checkpoints.write_model_config(output_dir, config)
+  model_inputs.copy(source, output_dir)
   task = data.get_provider(task_name)
   record = {"offset": mean, "bias_before": float(np.asarray(params[reward_lib.HEAD]["bias"])[0]),
             "bias_after": float(np.asarray(shifted[reward_lib.HEAD]["bias"])[0]),

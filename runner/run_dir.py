@@ -9,7 +9,9 @@ prefixes (`gs://...`); each path below is built with `storage.join`, so a bucket
     normalized/                      metrics.json
     train/ (TensorBoard)             evaluation.json       (provenance, checked on resume)
     t5_config.json  config.gin       report.html  plot_*.png
-    data_files.json                  config.gin
+    model_inputs.json                config.gin
+    sentencepiece.model (when the run's vocabulary is one)
+    data_files.json
     eval_metrics.jsonl
 """
 import dataclasses
@@ -24,6 +26,8 @@ TENSORBOARD = "train"
 MODEL_CONFIG = "t5_config.json"
 CONFIG_GIN = "config.gin"  # the gin configuration a run was started with, as t5x keeps it
 DATA_FILES = "data_files.json"  # what each training task read
+MODEL_INPUTS = "model_inputs.json"  # the vocabulary and feature lengths (runner/model_inputs.py)
+SENTENCEPIECE_MODEL = "sentencepiece.model"  # the run's own copy of its SentencePiece model
 EVAL_METRICS = "eval_metrics.jsonl"  # one line per evaluation during training
 EVAL = "eval"  # an evaluation's folder inside what it evaluates (eval_dir)
 # EVAL_OUTPUT_DIR's names.
@@ -51,6 +55,7 @@ class RunDir(_Directory):
   model_config = property(lambda self: self.at(MODEL_CONFIG))
   config_gin = property(lambda self: self.at(CONFIG_GIN))
   data_files = property(lambda self: self.at(DATA_FILES))
+  model_inputs = property(lambda self: self.at(MODEL_INPUTS))
   eval_metrics = property(lambda self: self.at(EVAL_METRICS))
 
 

@@ -21,6 +21,7 @@ Every directory may be local or in a bucket (`gs://...`): a bucket path stays on
 One direction per call. `--gin_file` and `--gin.NAME=value` bind MODEL_CONFIG as for training;
 an architecture the checkpoint records is checked against it.
 """
+import json
 from typing import Sequence
 
 import gin
@@ -32,30 +33,63 @@ from models import checkpoint_export
 from models import t5x_checkpoint
 from models.config import T5Config
 from runner import checkpoints
+from runner import model_inputs
 from scripts import console
 from scripts import gin_cli  # the shared gin command line
 
 PARAMS_SUBDIR = "params"
 
 
-def convert(source: str, out_dir: str, model_config: T5Config | None = None) -> T5Config:
-  """Writes `out_dir/params` and `out_dir/t5_config.json` (local or gs://) from any checkpoint
-  `load_params` reads."""
+def _imported_vocabulary(recorded: dict | None, source: str, sentencepiece_model: str | None) -> dict | None:
+  """The vocabulary `source` recorded (a Hugging Face directory's spiece.model), or
+  --sentencepiece_model's (with T5's 100 sentinels); both given must be the same model."""
+  if sentencepiece_model is None:
+    return recorded and recorded["vocabulary"]
+  given = model_inputs.sentencepiece_vocabulary(sentencepiece_model, model_inputs.T5_EXTRA_IDS)
+  model_inputs.check_vocabulary(recorded, given, source)
+  return given
+
+
+def convert(source: str, out_dir: str, model_config: T5Config | None = None,
+            sentencepiece_model: str | None = None) -> T5Config:
+  """Writes `out_dir/params`, `out_dir/t5_config.json` and `out_dir/model_inputs.json` (local or
+  gs://) from any checkpoint `load_params` reads; the vocabulary recorded is the source's (a
+  Hugging Face directory's spiece.model) or `sentencepiece_model` (a t5x checkpoint records none)."""
   params_dir = storage.join(out_dir, PARAMS_SUBDIR)
   if storage.exists(params_dir):
     raise FileExistsError(f"{params_dir} already exists; choose a new --out directory")
+  recorded = model_inputs.read(source)
+  vocabulary = _imported_vocabulary(recorded, source, sentencepiece_model)
   config, params = checkpoints.load_params(source, model_config)
   storage.makedirs(out_dir)
   checkpoints.save_params(params_dir, params)
   checkpoints.write_model_config(out_dir, config)
+  model_inputs.write(out_dir, vocabulary, recorded and recorded["task_feature_lengths"])
+  print(f"vocabulary: {model_inputs.shown(vocabulary)}" + (
+      "" if vocabulary else "; bind SENTENCEPIECE_MODEL_PATH when training on it, or convert again "
+      "with --sentencepiece_model"), flush=True)
   return config
 
 
 def export_hf(checkpoint: str, hf_dir: str,
               model_config: T5Config | None = None) -> tuple[T5Config, list[str]]:
-  """Writes `hf_dir` as a Hugging Face T5 directory of `checkpoint`; returns the config and files written."""
+  """Writes `hf_dir` as a Hugging Face T5 directory of `checkpoint`, with the tokenizer files of
+  its recorded vocabulary and the record itself; returns the config and files written."""
   config, params = checkpoints.load_params(checkpoint, model_config)
-  return config, checkpoint_export.save_hf_t5(hf_dir, config, params)
+  recorded = model_inputs.read(checkpoint)
+  vocabulary = recorded and recorded["vocabulary"]
+  extra_files = {}
+  if vocabulary and vocabulary["kind"] in ("sentencepiece", "bytes"):
+    model = storage.read_bytes(vocabulary["model_path"]) if vocabulary["kind"] == "sentencepiece" else None
+    extra_files = checkpoint_export.hf_tokenizer_files(vocabulary, model)
+    record = {"vocabulary": {**{k: v for k, v in vocabulary.items() if k != "model_path"},
+                             **({"model_file": checkpoint_export.SENTENCEPIECE_MODEL} if model else {})},
+              "task_feature_lengths": recorded["task_feature_lengths"]}
+    extra_files[model_inputs.RECORD] = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+  else:
+    print(f"no tokenizer written: {checkpoint} records no vocabulary this export can describe "
+          f"({model_inputs.shown(vocabulary)})", flush=True)
+  return config, checkpoint_export.save_hf_t5(hf_dir, config, params, extra_files)
 
 
 def _configured_model() -> T5Config:
@@ -105,7 +139,8 @@ def main(argv: Sequence[str]) -> None:
     config, written = export_hf(values["checkpoint"], values["to_hf"], model_config)
     print(f"wrote {', '.join(written)} ({config})", flush=True)
     return
-  config = convert(values["hf_dir"] or values["t5x_dir"], values["out"], model_config)
+  config = convert(values["hf_dir"] or values["t5x_dir"], values["out"], model_config,
+                   flags.FLAGS.sentencepiece_model)
   print(f"wrote {storage.join(values['out'], PARAMS_SUBDIR)} and "
         f"{storage.join(values['out'], checkpoints.CONFIG_FILE)} ({config})", flush=True)
 
@@ -116,5 +151,8 @@ if __name__ == "__main__":
                       "t5x model directory (its latest step) or checkpoint_<step>/ to convert.")
   flags.DEFINE_string("out", None, "Output directory for the orbax checkpoint and t5_config.json.")
   flags.DEFINE_string("checkpoint", None, "Checkpoint to export (any format CHECKPOINT_PATH accepts).")
+  flags.DEFINE_string("sentencepiece_model", None,
+                      "The SentencePiece model the imported checkpoint was trained with, recorded with it "
+                      "(default: the Hugging Face directory's spiece.model; a t5x checkpoint names none).")
   flags.DEFINE_string("to_hf", None, "Output directory of the Hugging Face export of --checkpoint.")
   gin_cli.run(main)

@@ -22,6 +22,7 @@ import jax
 from runner import evaluate as evaluate_lib
 from runner import report
 from scripts import gin_cli  # the shared gin command line
+from scripts import recorded_inputs
 
 
 def format_metrics(metrics) -> str:
@@ -32,6 +33,8 @@ def format_metrics(metrics) -> str:
 
 def main(argv: Sequence[str]) -> None:
   gin_cli.start(argv)
+  checkpoint_path = recorded_inputs.macro_value("CHECKPOINT_PATH")
+  recorded_inputs.follow(checkpoint_path, f"CHECKPOINT_PATH {checkpoint_path}")
   import seqio  # pylint: disable=g-import-not-at-top  # registered by t5_tasks in `start`
   from t5_tasks import references  # pylint: disable=g-import-not-at-top  # after absl starts
   # Every task's reference figures: the evaluation uses those of the tasks it scored (a mixture gin

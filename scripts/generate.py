@@ -34,7 +34,9 @@ import gin
 import jax
 
 from runner import infer as infer_lib
+from runner import model_inputs
 from scripts import gin_cli  # the shared gin command line
+from scripts import recorded_inputs
 
 # The date of a situation that gives none: February 14, 2020 (00:00 UTC), the TuringAdvice
 # leaderboard's human-evaluation round (../shared/data/turingadvice/feb-14-2020_first100.jsonl).
@@ -61,22 +63,44 @@ def situation_formatter(vocabulary, input_length: int) -> Callable[[dict], str]:
   return format_inputs
 
 
-def advice_generator(checkpoint_path: str, *, input_length: int = 512, max_length: int = 256,
-                     **kwargs) -> Callable[[list[dict]], list[str]]:
-  """runner.infer.load_generator with the advice task's formatting and vocabulary (gin-bound)."""
+def advice_generator(checkpoint_path: str, *, input_length: int | None = None, max_length: int | None = None,
+                     sentencepiece_model_path: str | None = None, **kwargs) -> Callable[[list[dict]], list[str]]:
+  """runner.infer.load_generator with the advice task's formatting, reading the checkpoint as it
+  was trained: its recorded vocabulary and feature lengths (`runner.model_inputs`), each unless
+  given here (a SentencePiece model that differs from the record is refused); a checkpoint that
+  records none reads bytes, 512 input tokens and samples of at most 256. The generator's
+  `settings` says which it uses, in a line."""
   from t5_tasks import vocab  # pylint: disable=g-import-not-at-top
 
-  vocabulary = vocab.get_vocabulary()
+  recorded = model_inputs.read(checkpoint_path)
+  what = f"checkpoint {checkpoint_path}"
+  recorded_vocabulary = recorded and recorded["vocabulary"]
+  if sentencepiece_model_path is None and recorded_vocabulary and recorded_vocabulary["kind"] == "sentencepiece":
+    sentencepiece_model_path = recorded_vocabulary["model_path"]
+  vocabulary = vocab.get_vocabulary(sentencepiece_model_path=sentencepiece_model_path)
+  model_inputs.check_vocabulary(recorded, model_inputs.describe_vocabulary(vocabulary), what)
+  lengths = (recorded and recorded["task_feature_lengths"]) or {"inputs": 512, "targets": 256}
+  input_length = input_length or lengths["inputs"]
+  max_length = max_length or lengths["targets"]
+  source = f"recorded in {recorded['path']}" if recorded else "no record: the defaults"
   format_inputs = situation_formatter(vocabulary, input_length)
-  return infer_lib.load_generator(checkpoint_path, format_inputs=format_inputs, vocabulary=vocabulary,
-                                  input_length=input_length, max_length=max_length, **kwargs)
+  generator = infer_lib.load_generator(checkpoint_path, format_inputs=format_inputs, vocabulary=vocabulary,
+                                       input_length=input_length, max_length=max_length, **kwargs)
+  generator.settings = (f"{what}: vocabulary {model_inputs.shown(model_inputs.describe_vocabulary(vocabulary))}, "
+                        f"{input_length} input tokens, samples of at most {max_length} tokens ({source}, "
+                        "where the command line gives none)")
+  return generator
 
 
 def main(argv: Sequence[str]) -> None:
   gin_cli.start(argv)
+  checkpoint_path = recorded_inputs.macro_value("CHECKPOINT_PATH")
+  recorded_inputs.follow(checkpoint_path, f"CHECKPOINT_PATH {checkpoint_path}")
   from t5_tasks import vocab  # pylint: disable=g-import-not-at-top
   vocabulary = vocab.get_vocabulary()
-  input_length = gin.query_parameter("%TASK_FEATURE_LENGTHS")["inputs"]
+  input_length = model_inputs.feature_lengths(
+      model_inputs.read(checkpoint_path), recorded_inputs.macro_value("TASK_FEATURE_LENGTHS"),
+      f"CHECKPOINT_PATH {checkpoint_path}")["inputs"]
   # INPUT_FILE's situations (infer.gin binds it), formatted as the advice task formats its inputs.
   situations = gin.get_configurable(infer_lib.Situations)(
       format_inputs=situation_formatter(vocabulary, input_length), vocabulary=vocabulary)

@@ -425,10 +425,11 @@ def tfidf_generator(train_file: str) -> Generator:
   return tfidf_advice.TfidfAdviceRetriever().fit(train)
 
 
-def checkpoint_generator(checkpoint: str) -> Generator:
-  """Samples advice from a checkpoint, formatting situations as the advice task does."""
+def checkpoint_generator(checkpoint: str, **settings) -> Generator:
+  """Samples advice from a checkpoint, formatting situations as the advice task does, with the
+  vocabulary and feature lengths it was trained with unless `settings` give them."""
   from scripts import generate  # pylint: disable=g-import-not-at-top  # JAX, only when serving a model
-  return generate.advice_generator(checkpoint)
+  return generate.advice_generator(checkpoint, **settings)
 
 
 def define_flags() -> None:
@@ -438,6 +439,12 @@ def define_flags() -> None:
   flags.DEFINE_string("train_file", None, "RedditAdvice2019 JSON lines indexed by --baseline=tfidf.")
   flags.DEFINE_string("checkpoint", None, "Checkpoint to sample advice from: a training run's MODEL_DIR, "
                       "a converted checkpoint or a Hugging Face directory.")
+  flags.DEFINE_integer("input_length", None, "Input tokens of a situation (default: the checkpoint's recorded "
+                       "TASK_FEATURE_LENGTHS inputs, else 512).", lower_bound=2)
+  flags.DEFINE_integer("max_length", None, "Most tokens of an advice (default: the checkpoint's recorded "
+                       "TASK_FEATURE_LENGTHS targets, else 256).", lower_bound=1)
+  flags.DEFINE_string("sentencepiece_model", None, "SentencePiece model of a checkpoint that records no "
+                      "vocabulary (default: the checkpoint's recorded one, else bytes).")
   flags.DEFINE_string("host", "127.0.0.1", "Address to bind; loopback unless told otherwise.")
   flags.DEFINE_integer("port", 5000, "Port to bind (0 picks a free one).")
   flags.DEFINE_integer("max_request_bytes", MAX_REQUEST_BYTES, "Larger request bodies get HTTP 413, "
@@ -462,13 +469,16 @@ def main(argv: Sequence[str]) -> None:
       raise app.UsageError("--baseline=tfidf needs --train_file")
     generator = tfidf_generator(args.train_file)
   else:
-    generator = checkpoint_generator(args.checkpoint)
+    generator = checkpoint_generator(args.checkpoint, input_length=args.input_length, max_length=args.max_length,
+                                     sentencepiece_model_path=args.sentencepiece_model)
   server = make_server(generator, args.host, args.port, args.max_request_bytes,
                        max_situations=args.max_situations, request_timeout_s=args.request_timeout_s)
   host, port = server.server_address[:2]
   ready_line = (f"serving POST http://{host}:{port}{ASK_PATH} and GET {HEALTH_PATH} (a request of at most "
                 f"{args.max_request_bytes} bytes and {args.max_situations} situations, answered within "
                 f"{args.request_timeout_s:g} s)")
+  if getattr(generator, "settings", None):  # the model's: after the address, which callers read first
+    ready_line += "\n" + generator.settings
   print(serve_until_stopped(server, args.shutdown_grace_s, ready_line), flush=True)
   if server.model.generating():
     # An abandoned generation's thread is inside the model's native code, where the interpreter's

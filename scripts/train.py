@@ -20,10 +20,16 @@ import gin
 
 from runner import train as train_lib
 from scripts import gin_cli
+from scripts import recorded_inputs
 
 
 def main(argv: Sequence[str]) -> None:
   gin_cli.start(argv)
+  # A resumed run keeps its own vocabulary; a new one takes its initial checkpoint's.
+  model_dir = recorded_inputs.macro_value("MODEL_DIR")
+  if recorded_inputs.follow(model_dir, f"MODEL_DIR {model_dir}") is None:
+    initial = recorded_inputs.macro_value("INITIAL_CHECKPOINT_PATH")
+    recorded_inputs.follow(initial, f"INITIAL_CHECKPOINT_PATH {initial}")
   result = gin.get_configurable(train_lib.train)(run_config=gin.config_str())
   if result.signal_number is None:
     print(f"stopped at step {result.step}", flush=True)

@@ -10,10 +10,15 @@ import re
 
 import gin
 import pytest
+from absl import flags
 
+from scripts import gin_cli
+from scripts import recorded_inputs
 from t5_tasks import families
 from t5_tasks import heap
 from tests.conftest import PROJECT_ROOT
+from tests.scripts.test_recipes_turingadvice import OFFLINE
+from tests.scripts.test_recipes_turingadvice import _remaining_argv
 from tests.scripts.test_recipes_turingadvice import cli_flags  # pylint: disable=unused-import
 from tests.scripts.test_recipes_turingadvice import run_training_until_start
 from tests.t5_tasks.test_tasks import write_heap_fixtures
@@ -38,7 +43,7 @@ def test_a_protocol_recipe_binds_table_4(monkeypatch, tmp_path, recipe):
   seen = run_training_until_start(
       monkeypatch, ["gin/models/t5_1_1/tiny.gin", "gin/runs/finetune.gin", f"{RECIPES}/{recipe}.gin"],
       [f"--gin.TRAIN_STEPS={steps}", f"--gin.MODEL_DIR='{tmp_path / 'run'}'", "--strict_gin",
-       f"--gin.t5_tasks.tasks.data_files.files={files!r}"])
+       f"--gin.t5_tasks.tasks.data_files.files={files!r}", *OFFLINE])
   config = seen["run_config"]
   assert config["MIXTURE_OR_TASK_NAME"] == mixture
   assert config["OBJECTIVE"] == "pairwise"  # §4.1: log(1 + exp(r_bad - r_good))
@@ -51,6 +56,21 @@ def test_a_protocol_recipe_binds_table_4(monkeypatch, tmp_path, recipe):
   assert families.heap_split() == ("paper", 0)  # §3's random 80/10/10
   assert families.heap_instruction()[0] == "paper"  # Table 5's phrasing
   assert seen["initial_checkpoint_path"] is None and seen["config"].emb_dim == 64
+  gin.clear_config()
+
+
+T5_SENTENCEPIECE = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
+
+
+@pytest.mark.parametrize("recipe", sorted(PROTOCOLS) + ["evaluate"])
+def test_every_recipe_reads_t5s_sentencepiece_vocabulary(recipe):
+  """A pretrained T5 fine-tuned or scored on byte ids reads noise: each recipe binds T5's model."""
+  run = "gin/runs/eval.gin" if recipe == "evaluate" else "gin/runs/finetune.gin"
+  _remaining_argv(["gin/models/t5_1_1/tiny.gin", run, f"{RECIPES}/{recipe}.gin"], [])
+  gin_cli.parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
+  assert recorded_inputs.macro_value("SENTENCEPIECE_MODEL_PATH") == T5_SENTENCEPIECE
+  bound = gin.query_parameter(recorded_inputs.VOCABULARY_PARAMETER)
+  assert bound.selector == "SENTENCEPIECE_MODEL_PATH" or bound.scoped_configurable_fn() == T5_SENTENCEPIECE
   gin.clear_config()
 
 
