@@ -25,6 +25,10 @@ from scripts import gin_cli  # the shared gin command line
 from scripts import recorded_inputs
 
 
+# Feature lengths of a checkpoint that records none (an imported one), where none are bound.
+DEFAULT_LENGTHS = {"inputs": 512, "targets": 128}
+
+
 def format_metrics(metrics) -> str:
   """One line per task and metric: value and 95% interval (a group's average: what its bounds are)."""
   return "\n".join(report.metric_line(task, name, e)
@@ -34,7 +38,7 @@ def format_metrics(metrics) -> str:
 def main(argv: Sequence[str]) -> None:
   gin_cli.start(argv)
   checkpoint_path = recorded_inputs.macro_value("CHECKPOINT_PATH")
-  recorded_inputs.follow(checkpoint_path, f"CHECKPOINT_PATH {checkpoint_path}")
+  recorded_inputs.follow(checkpoint_path, f"CHECKPOINT_PATH {checkpoint_path}", DEFAULT_LENGTHS)
   import seqio  # pylint: disable=g-import-not-at-top  # registered by t5_tasks in `start`
   from t5_tasks import references  # pylint: disable=g-import-not-at-top  # after absl starts
   # Every task's reference figures: the evaluation uses those of the tasks it scored (a mixture gin

@@ -43,6 +43,9 @@ from scripts import recorded_inputs
 # Training inputs always carry their post's date, so a fixed one keeps the input's form and
 # makes it the same on any day (the clock would change it daily).
 UNDATED_CREATED_UTC = 1581638400
+# Feature lengths of a checkpoint that records none (an imported one), where none are bound:
+# targets is the longest advice sampled.
+DEFAULT_LENGTHS = {"inputs": 512, "targets": 256}
 
 
 def situation_formatter(vocabulary, input_length: int) -> Callable[[dict], str]:
@@ -79,7 +82,7 @@ def advice_generator(checkpoint_path: str, *, input_length: int | None = None, m
     sentencepiece_model_path = recorded_vocabulary["model_path"]
   vocabulary = vocab.get_vocabulary(sentencepiece_model_path=sentencepiece_model_path)
   model_inputs.check_vocabulary(recorded, model_inputs.describe_vocabulary(vocabulary), what)
-  lengths = (recorded and recorded["task_feature_lengths"]) or {"inputs": 512, "targets": 256}
+  lengths = (recorded and recorded["task_feature_lengths"]) or DEFAULT_LENGTHS
   input_length = input_length or lengths["inputs"]
   max_length = max_length or lengths["targets"]
   source = f"recorded in {recorded['path']}" if recorded else "no record: the defaults"
@@ -95,12 +98,10 @@ def advice_generator(checkpoint_path: str, *, input_length: int | None = None, m
 def main(argv: Sequence[str]) -> None:
   gin_cli.start(argv)
   checkpoint_path = recorded_inputs.macro_value("CHECKPOINT_PATH")
-  recorded_inputs.follow(checkpoint_path, f"CHECKPOINT_PATH {checkpoint_path}")
+  recorded_inputs.follow(checkpoint_path, f"CHECKPOINT_PATH {checkpoint_path}", DEFAULT_LENGTHS)
   from t5_tasks import vocab  # pylint: disable=g-import-not-at-top
   vocabulary = vocab.get_vocabulary()
-  input_length = model_inputs.feature_lengths(
-      model_inputs.read(checkpoint_path), recorded_inputs.macro_value("TASK_FEATURE_LENGTHS"),
-      f"CHECKPOINT_PATH {checkpoint_path}")["inputs"]
+  input_length = recorded_inputs.macro_value("TASK_FEATURE_LENGTHS")["inputs"]  # bound by `follow`
   # INPUT_FILE's situations (infer.gin binds it), formatted as the advice task formats its inputs.
   situations = gin.get_configurable(infer_lib.Situations)(
       format_inputs=situation_formatter(vocabulary, input_length), vocabulary=vocabulary)

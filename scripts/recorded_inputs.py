@@ -39,19 +39,23 @@ def _bind(binding: str) -> None:
     gin.parse_config(binding)
 
 
-def follow(checkpoint_path: str | None, what: str) -> dict | None:
+def follow(checkpoint_path: str | None, what: str, default_lengths: dict | None = None) -> dict | None:
   """Binds the vocabulary and feature lengths `checkpoint_path` recorded where none are bound,
-  printing a line for each it takes; returns the record (None: nothing recorded)."""
+  printing a line for each it takes; returns the record (None: nothing recorded). Lengths left
+  None that the checkpoint does not record (an imported one) are `default_lengths`, said in a line."""
   recorded = model_inputs.read(checkpoint_path) if checkpoint_path else None
-  if recorded is None:
-    return None
-  vocabulary = recorded["vocabulary"]
-  if vocabulary is not None and vocabulary["kind"] in ("sentencepiece", "bytes") and not _bound(VOCABULARY_PARAMETER):
+  vocabulary = recorded and recorded["vocabulary"]
+  if vocabulary and vocabulary["kind"] in ("sentencepiece", "bytes") and not _bound(VOCABULARY_PARAMETER):
     model_path = vocabulary.get("model_path")
     _bind(f"{VOCABULARY_PARAMETER} = {model_path!r}")
     print(f"vocabulary: {model_inputs.shown(vocabulary)}, as {what} recorded ({recorded['path']})", flush=True)
-  lengths = recorded["task_feature_lengths"]
-  if lengths and _bound(f"%{LENGTHS_MACRO}") and macro_value(LENGTHS_MACRO) is None:
-    _bind(f"{LENGTHS_MACRO} = {dict(lengths)!r}")
-    print(f"feature lengths: {dict(lengths)}, as {what} recorded ({recorded['path']})", flush=True)
+  if _bound(f"%{LENGTHS_MACRO}") and macro_value(LENGTHS_MACRO) is None:
+    lengths = recorded and recorded["task_feature_lengths"]
+    if lengths:
+      said = f"as {what} recorded ({recorded['path']})"
+    elif default_lengths:
+      lengths, said = default_lengths, f"the defaults: {what} records none; bind {LENGTHS_MACRO} to choose"
+    if lengths:
+      _bind(f"{LENGTHS_MACRO} = {dict(lengths)!r}")
+      print(f"feature lengths: {dict(lengths)}, {said}", flush=True)
   return recorded
