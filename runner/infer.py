@@ -288,8 +288,11 @@ def infer(*, model_config: T5Config | None = None, checkpoint_path: str, output_
     rows, input_ids, vocabulary = task_inputs(task_name, split, lengths)
   else:
     raise ValueError("infer: give a generation task (MIXTURE_OR_TASK_NAME) or an input_file of situations")
-  model_inputs.check_vocabulary(recorded, model_inputs.describe_vocabulary(vocabulary),
-                                f"CHECKPOINT_PATH {checkpoint_path}")
+  described = model_inputs.describe_vocabulary(vocabulary)
+  model_inputs.check_vocabulary(recorded, described, f"CHECKPOINT_PATH {checkpoint_path}")
+  if sampling.reward_checkpoint_path:  # best-of-N: the reward model reads the samples' ids too
+    model_inputs.check_vocabulary(model_inputs.read(sampling.reward_checkpoint_path), described,
+                                  f"REWARD_CHECKPOINT_PATH {sampling.reward_checkpoint_path}")
   if not rows:  # an empty output file would read as a finished run
     raise ValueError(f"infer: nothing to generate for: {input_file} holds no situations" if input_file is not None
                      else f"infer: nothing to generate for: task {task_name} has no {split!r} inputs")
