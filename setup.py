@@ -5,7 +5,7 @@ setuptools.setup(
     name="t5-scoring",
     version="0.1.0",
     description="T5.1.1 encoder-decoders that score language: candidate likelihoods and reward heads.",
-    python_requires=">=3.10",
+    python_requires=">=3.11",  # what the lock needs: its jax (0.10.2) requires 3.11, its numpy has no 3.10 wheel
     packages=setuptools.find_packages(include=["models*", "runner*", "scripts*", "storage*", "t5_tasks*"]),
     package_data={"t5_tasks": ["data/*"]},
     install_requires=[

@@ -18,6 +18,13 @@ import subprocess
 import sys
 import time
 
+# Seconds without a heartbeat after which the coordination service declares a process lost and
+# stops every other one (runner/partitioning.initialize_distributed passes it; the variable overrides
+# it). Heartbeats come from a thread of their own (a long compile or step does not delay them), so
+# 20 s (jax's own default: 100) stops a pod's survivors of a lost host within 30 s.
+HEARTBEAT_TIMEOUT_ENV = "JAX_HEARTBEAT_TIMEOUT_SECONDS"
+DEFAULT_HEARTBEAT_TIMEOUT_S = 20
+
 # The first line of a log record of jax's distributed runtime (absl: severity, date, time, thread,
 # file:line]); the lines that follow it up to the next record belong to it.
 _RUNTIME_RECORD = re.compile(rb"^[IWEF]\d{4} [\d:.]+\s+\d+ (coordination_service(_agent)?\.cc|"

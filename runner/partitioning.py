@@ -55,33 +55,14 @@ def activate(mesh: Mesh, rules=STANDARD_LOGICAL_AXIS_RULES):
     yield
 
 
-# Variables a launcher sets when several processes make one run (TPU pod, SLURM, Open MPI).
-_MULTI_PROCESS_ENV = ("TPU_WORKER_HOSTNAMES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
 # The explicit way to join a run anywhere (a GPU cluster, several processes on one machine:
 # scripts/launch_local.py sets them): the coordinator's host:port, the process count, this index.
 COORDINATOR_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
-# Seconds without a heartbeat after which the coordination service declares a process dead and
-# stops every other one. Heartbeats come from a thread of their own (a long compile or step does
-# not delay them), so 20 s (jax's default: 100) stops a pod's survivors of a lost host within 30 s.
-HEARTBEAT_TIMEOUT_ENV = "JAX_HEARTBEAT_TIMEOUT_SECONDS"
-DEFAULT_HEARTBEAT_TIMEOUT_S = 20
-
-
-def looks_multi_host(environ=os.environ) -> bool:
-  """Whether the environment describes more than one process (or names a coordinator)."""
-  if environ.get("JAX_COORDINATOR_ADDRESS"):
-    return True
-  for name in _MULTI_PROCESS_ENV:
-    value = environ.get(name, "")
-    count = len(value.split(",")) if name == "TPU_WORKER_HOSTNAMES" else int(value or 1)
-    if value and count > 1:
-      return True
-  return False
 
 
 def _explicit_process(environ) -> dict:
   """jax.distributed.initialize's arguments from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
-  JAX_PROCESS_ID; {} when the address is unset (TPU, SLURM and Open MPI are then detected)."""
+  JAX_PROCESS_ID; {} when the address is unset (JAX then detects the cluster: `detected_cluster`)."""
   address, count, index = (environ.get(name, "").strip() for name in COORDINATOR_ENV)
   if not address:
     return {}
@@ -98,20 +79,50 @@ def _explicit_process(environ) -> dict:
   return {"coordinator_address": address, "num_processes": count, "process_id": index}
 
 
+def detected_cluster():
+  """The cluster jax.distributed.initialize() would join here, found by JAX's own detection: the
+  first of its `ClusterEnv` kinds (Open MPI, SLURM, a GKE TPU slice, a Cloud TPU VM through its
+  metadata server, Kubernetes) present, the opt-in ones (mpi4py) skipped as JAX skips them; or None.
+
+  Cheap off a cluster: the TPU kinds look only where JAX found TPU chips and libtpu at import (no
+  metadata query elsewhere), the others read environment variables. Like JAX, it reads os.environ.
+  """
+  from jax._src import clusters  # pylint: disable=g-import-not-at-top  # what initialize() runs
+  return next((kind for kind in clusters.ClusterEnv._cluster_types  # pylint: disable=protected-access
+               if not kind.opt_in_only_method and kind.is_env_present()), None)
+
+
+def run_processes(environ=os.environ) -> tuple[int, str]:
+  """(how many processes make the run this process would join, what says so): JAX_NUM_PROCESSES
+  when a coordinator is named, else the detected cluster's count (a one-worker TPU VM: 1), else 1."""
+  explicit = _explicit_process(environ)
+  if explicit:
+    return explicit["num_processes"], "JAX_NUM_PROCESSES"
+  cluster = detected_cluster()
+  return (cluster.get_process_count(), f"JAX's {cluster.__name__}") if cluster else (1, "no cluster detected")
+
+
+def looks_multi_host(environ=os.environ) -> bool:
+  """Whether this process is one of a multi-host run: a coordinator is named, or the cluster JAX
+  detects (`detected_cluster`) has more than one process."""
+  return bool(environ.get("JAX_COORDINATOR_ADDRESS")) or run_processes(environ)[0] > 1
+
+
 def initialize_distributed(multi_host=None, environ=os.environ):
   """Joins the processes of a multi-host run; call before anything touches a device.
 
-  `multi_host=None` detects it from the environment. JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES
+  `multi_host=None` detects it (`looks_multi_host`). JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES
   and JAX_PROCESS_ID name the run explicitly; otherwise jax.distributed.initialize() finds the
-  coordinator itself on Cloud TPU, SLURM and Open MPI. On CPU the collectives between processes
-  go over gloo (XLA's CPU client has none of its own).
+  coordinator itself through the cluster it detects (a Cloud TPU VM's metadata server, GKE, SLURM,
+  Open MPI). On CPU the collectives between processes go over gloo (XLA's CPU client has none of its own).
   """
   if multi_host is None:
     multi_host = looks_multi_host(environ)
   if not multi_host or jax.distributed.is_initialized():
     return
   arguments = _explicit_process(environ)
-  arguments["heartbeat_timeout_seconds"] = int(environ.get(HEARTBEAT_TIMEOUT_ENV) or DEFAULT_HEARTBEAT_TIMEOUT_S)
+  arguments["heartbeat_timeout_seconds"] = int(environ.get(lost_host.HEARTBEAT_TIMEOUT_ENV)
+                                                or lost_host.DEFAULT_HEARTBEAT_TIMEOUT_S)
   # Only the CPU client reads it: harmless on TPU and GPU.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   lost_host.install(str(arguments.get("process_id", "")), str(arguments["heartbeat_timeout_seconds"]))

@@ -32,6 +32,8 @@ import time
 from absl import app
 from absl import flags
 
+from runner import lost_host
+
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", 2, "Processes to start.", lower_bound=1)
 _DEVICES = flags.DEFINE_integer("devices_per_process", None,
                                 "Simulated CPU devices per process (XLA's host platform device count); "
@@ -42,9 +44,9 @@ _PROCESS_DIRS = flags.DEFINE_string(
     "process_dirs", None, "Rehearses a pod's hosts, which share nothing but a bucket: process i runs in "
     "PROCESS_DIRS/host_i, with its own temporary folder there, so that a path any process needs from "
     "another must be in the bucket (gs://..., STORAGE_EMULATOR_HOST for a local emulator).")
-_HEARTBEAT = flags.DEFINE_integer("heartbeat_timeout_seconds", None,
-                                  "Seconds of silence after which jax's coordination service declares a "
-                                  "process lost and stops the others (unset: jax's default, 100).")
+_HEARTBEAT = flags.DEFINE_integer(
+    "heartbeat_timeout_seconds", None, "Seconds of silence after which jax's coordination service declares a "
+    f"process lost and stops the others (unset: the run's default, {lost_host.DEFAULT_HEARTBEAT_TIMEOUT_S}).")
 
 
 def free_port() -> int:
@@ -66,7 +68,7 @@ def process_env(index: int, count: int, port: int, devices: int | None, heartbea
                            if not flag.startswith("--xla_force_host_platform_device_count")]
     env["XLA_FLAGS"] = " ".join(flags_without_count + [f"--xla_force_host_platform_device_count={devices}"])
   if heartbeat:
-    env["JAX_HEARTBEAT_TIMEOUT_SECONDS"] = str(heartbeat)
+    env[lost_host.HEARTBEAT_TIMEOUT_ENV] = str(heartbeat)
   return env
 
 

@@ -7,6 +7,7 @@ from jax.sharding import PartitionSpec as P
 
 from models import reward as reward_lib
 from models.config import T5Config
+from runner import lost_host
 from runner import partitioning
 
 TINY = T5Config(vocab_size=384, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128,
@@ -83,16 +84,6 @@ def test_global_batch_splits_rows_over_the_data_axis(mesh):
   np.testing.assert_array_equal(np.asarray(batch["input_ids"]), local["input_ids"])
 
 
-def test_multi_host_detection_from_the_environment():
-  assert not partitioning.looks_multi_host({})
-  assert not partitioning.looks_multi_host({"TPU_WORKER_HOSTNAMES": "10.0.0.2", "SLURM_NTASKS": "1"})
-  assert partitioning.looks_multi_host({"TPU_WORKER_HOSTNAMES": "10.0.0.2,10.0.0.3"})
-  assert partitioning.looks_multi_host({"SLURM_NTASKS": "4"})
-  assert partitioning.looks_multi_host({"JAX_COORDINATOR_ADDRESS": "10.0.0.2:1234"})
-  partitioning.initialize_distributed(multi_host=False)  # a single process joins nothing
-  assert jax.process_count() == 1
-
-
 def test_global_batch_places_the_rows_each_device_holds(run_python):
   """On 8 devices, a (4, 2) mesh gives each device a quarter of the rows (replicated over `model`),
   a (1, 8) mesh every row to every device, and rules that put the batch on both axes an eighth;
@@ -143,8 +134,16 @@ def test_a_lost_host_is_declared_after_20_seconds_unless_the_environment_says_ot
   monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
   monkeypatch.setattr(jax.distributed, "initialize", lambda **arguments: joined.append(arguments))
   monkeypatch.setattr(jax.config, "update", lambda *args: None)  # gloo: nothing joins here
+  monkeypatch.setattr(lost_host, "install", lambda *args: None)  # this process's stderr stays pytest's
   run = {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:1234", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}
   partitioning.initialize_distributed(environ=run)
   partitioning.initialize_distributed(environ={**run, "JAX_HEARTBEAT_TIMEOUT_SECONDS": "7"})
   assert [arguments["heartbeat_timeout_seconds"] for arguments in joined] == [20, 7]
   assert joined[0]["process_id"] == 1 and joined[0]["num_processes"] == 2
+
+
+def test_the_heartbeat_default_is_one_number_for_the_run_and_launch_local():
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from scripts import launch_local  # pylint: disable=g-import-not-at-top,unused-import  # defines its flags
+  assert lost_host.DEFAULT_HEARTBEAT_TIMEOUT_S == 20
+  assert flags.FLAGS["heartbeat_timeout_seconds"].help.endswith("(unset: the run's default, 20).")

@@ -1,5 +1,6 @@
-"""scripts/launch_tpu_pod.sh: one identical training command per worker, the checkout's uncommitted
-changes shipped as a patch, and clear usage errors."""
+"""scripts/launch_tpu_pod.sh: per worker, one identical setup (the lock's Python, the lock and the TPU
+pins, the version check) and then one identical run of the chosen module; the checkout's uncommitted
+changes shipped as a patch; clear usage errors. tests/scripts/test_launch_tpu_pod_rehearsal.py runs them."""
 import shlex
 import shutil
 import subprocess
@@ -24,6 +25,14 @@ def _remote_command(line: str) -> str:
   return next(w for w in shlex.split(line) if w.startswith("--command="))[len("--command="):]
 
 
+def _rounds(lines: list[str], workers: int) -> tuple[list[str], list[str]]:
+  """(the setup commands, the run commands) of a dry run's ssh lines, each the same for every worker."""
+  setups, runs = lines[:workers], lines[workers:]
+  assert len(runs) == workers and all("check_environment" in line for line in setups)
+  assert len({_remote_command(line) for line in setups}) == 1 and len({_remote_command(line) for line in runs}) == 1
+  return setups, runs
+
+
 @pytest.fixture
 def checkout(tmp_path):
   """A committed git checkout holding the launcher, with an origin; returns (checkout, HEAD)."""
@@ -31,6 +40,7 @@ def checkout(tmp_path):
   (repo / "scripts").mkdir(parents=True)
   (repo / "gin").mkdir()
   shutil.copy(SCRIPT, repo / "scripts")
+  (repo / "scripts" / "train.py").write_text("")  # the default module, which the launcher looks for
   (repo / "gin" / "finetune.gin").write_text("TRAIN_STEPS = 1000\n")
   _git(repo, "init", "-q")
   _git(repo, "add", ".")
@@ -39,26 +49,44 @@ def checkout(tmp_path):
   return repo, _git(repo, "rev-parse", "HEAD").strip()
 
 
-def test_dry_run_prints_the_same_training_command_for_each_worker(tmp_path):
+def test_dry_run_prints_one_setup_then_one_run_for_each_worker(tmp_path):
   result = _launch("--tpu=my-pod", "--zone=us-central2-b", "--workers=4", "--repo=https://example.org/t5.git",
                    "--ref=abc123", "--dry_run", *TRAIN_ARGS, cwd=tmp_path)
   assert result.returncode == 0, result.stderr
   lines = result.stdout.strip().splitlines()
-  assert len(lines) == 4
-  remotes = []
+  assert len(lines) == 8
   for worker, line in enumerate(lines):
     words = shlex.split(line)
     assert words[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "my-pod"]
-    assert "--zone=us-central2-b" in words and f"--worker={worker}" in words
-    remotes.append(_remote_command(line))
-  assert len(set(remotes)) == 1
-  remote = remotes[0]
-  assert "git clone -q https://example.org/t5.git" in remote and "git checkout -q abc123" in remote
-  assert "git apply" not in remote  # --ref installs that ref as it is
-  train = shlex.split(remote.split("exec ", 1)[1])
-  assert train == [".venv/bin/python", "-m", "scripts.train", "--gin_file=gin/runs/finetune.gin",
-                   "--gin.MODEL_DIR='gs://bucket/run one'", "--gin.MULTI_HOST=True"]
+    assert "--zone=us-central2-b" in words and f"--worker={worker % 4}" in words
+  setups, runs = _rounds(lines, 4)
+  setup = _remote_command(setups[0])
+  assert "git clone -q https://example.org/t5.git" in setup and "git checkout -q abc123;" in setup
+  assert "git apply" not in setup  # --ref installs that ref as it is
+  # The lock's Python (its first line), the lock and the TPU pins, then the check, which knows the pod's size.
+  assert "lock=requirements/constraints.txt" in setup and "sed -n '1s/.* on [A-Za-z]* " in setup
+  assert ".venv/bin/python -m pip install -q -c $lock -r requirements/tpu.txt -e ." in setup
+  assert setup.endswith("exec .venv/bin/python -m scripts.check_environment --constraints=$lock "
+                        "--pins=requirements/tpu.txt --processes=4")
+  run = _remote_command(runs[0])
+  assert run.startswith("cd ~/t5-scoring && exec ")
+  assert shlex.split(run.split("exec ", 1)[1]) == [".venv/bin/python", "-m", "scripts.train",
+                                                   "--gin_file=gin/runs/finetune.gin",
+                                                   "--gin.MODEL_DIR='gs://bucket/run one'"]
   assert not (tmp_path / "tpu_logs").exists()
+
+
+@pytest.mark.parametrize("module", ["scripts.evaluate", "scripts.generate", "scripts.heap"])
+def test_every_entry_point_launches_the_same_way(tmp_path, module):
+  result = _launch("--tpu=p", "--zone=z", "--workers=2", "--repo=r", "--ref=main", f"--module={module}",
+                   "--dry_run", "--", "--gin.EVAL_OUTPUT_DIR='gs://b/eval'", cwd=tmp_path)
+  assert result.returncode == 0, result.stderr
+  setups, runs = _rounds(result.stdout.strip().splitlines(), 2)
+  assert shlex.split(_remote_command(runs[0]).split("exec ", 1)[1]) == [
+      ".venv/bin/python", "-m", module, "--gin.EVAL_OUTPUT_DIR='gs://b/eval'"]
+  assert _remote_command(setups[0]) == _remote_command(
+      _launch("--tpu=p", "--zone=z", "--workers=2", "--repo=r", "--ref=main", "--dry_run", cwd=tmp_path).stdout
+      .splitlines()[0])
 
 
 def test_dry_run_without_a_worker_count_or_gcloud_targets_all_workers(checkout):
@@ -66,10 +94,11 @@ def test_dry_run_without_a_worker_count_or_gcloud_targets_all_workers(checkout):
   result = _launch("--tpu=my-pod", "--zone=z", "--dry_run", *TRAIN_ARGS, cwd=repo,
                    script=repo / "scripts" / "launch_tpu_pod.sh")
   assert result.returncode == 0, result.stderr
-  [line] = result.stdout.strip().splitlines()  # a clean checkout: nothing to copy first
-  assert "--worker=all" in shlex.split(line)
-  remote = _remote_command(line)
-  assert f"git checkout -q {head}" in remote and "git apply" not in remote
+  setup, run = result.stdout.strip().splitlines()  # a clean checkout: nothing to copy first
+  assert "--worker=all" in shlex.split(setup) and "--worker=all" in shlex.split(run)
+  remote = _remote_command(setup)
+  assert f"git checkout -q {head};" in remote and "git apply" not in remote
+  assert "--processes" not in remote  # the pod's size is not known: the check cannot compare it
   assert not (repo / "tpu_logs").exists()
 
 
@@ -86,8 +115,8 @@ def test_uncommitted_and_new_files_reach_the_workers_as_a_patch(checkout, tmp_pa
     patch = repo / "tpu_logs" / "uncommitted.patch"
     assert shlex.split(copy) == ["gcloud", "compute", "tpus", "tpu-vm", "scp", str(patch),
                                  "my-pod:t5-scoring.patch", "--zone=z", "--worker=all"]
-    assert len(ssh) == 2 and len({_remote_command(line) for line in ssh}) == 1
-    assert f"git checkout -q {head}; git apply ~/t5-scoring.patch; " in _remote_command(ssh[0])
+    setups, _ = _rounds(ssh, 2)
+    assert f"git checkout -q {head}; git apply ~/t5-scoring.patch; " in _remote_command(setups[0])
     assert "tpu_logs" not in patch.read_text()
   worker = tmp_path / "worker"
   _git(tmp_path, "clone", "-q", str(repo), str(worker))
@@ -103,7 +132,7 @@ def test_ref_installs_as_is_and_says_the_changes_stay_here(checkout):
   result = _launch("--tpu=p", "--zone=z", "--ref=main", "--dry_run", cwd=repo,
                    script=repo / "scripts" / "launch_tpu_pod.sh")
   assert result.returncode == 0, result.stderr
-  assert len(result.stdout.strip().splitlines()) == 1 and "git apply" not in result.stdout
+  assert len(result.stdout.strip().splitlines()) == 2 and "git apply" not in result.stdout
   assert "uncommitted changes are not shipped" in result.stderr
 
 
@@ -115,6 +144,9 @@ def test_help_and_missing_arguments(tmp_path):
   assert missing.returncode == 2 and "--tpu is required" in missing.stderr
   bad = _launch("--tpu=p", "--zone=z", "--repo=r", "--workers=0", "--dry_run", cwd=tmp_path)
   assert bad.returncode == 2 and "bad worker count '0'" in bad.stderr
+  typo = _launch("--tpu=p", "--zone=z", "--repo=r", "--module=scripts.evalute", "--dry_run", cwd=tmp_path)
+  assert typo.returncode == 2
+  assert typo.stderr == f"launch_tpu_pod.sh: --module=scripts.evalute: no such module in {PROJECT_ROOT}\n"
 
 
 def test_without_origin_a_dry_run_shows_a_placeholder_and_a_launch_stops(checkout):
