@@ -789,17 +789,20 @@ def check_server(ws: Workspace, command: str, result) -> None:
 
 
 def check_tpu_dry_run(ws: Workspace, command: str, result) -> None:
-  launch, train_args = command.split(" -- ", 1)
-  dry = ws.run(f"{launch} --dry_run -- {train_args}")
+  launch, module_args = command.split(" -- ", 1)
+  module = next((w.split("=", 1)[1] for w in shlex.split(launch) if w.startswith("--module=")), "scripts.train")
+  dry = ws.run(f"{launch} --dry_run -- {module_args}")
   assert_ran(dry)
-  *copy_patch, ssh = dry.stdout.splitlines()  # the patch of uncommitted changes, if any, first
+  *copy_patch, setup, run = dry.stdout.splitlines()  # the patch of uncommitted changes, if any, first
   assert len(copy_patch) <= 1 and all(" scp " in line for line in copy_patch), dry.stdout
-  words = shlex.split(ssh)
-  assert words[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh"] and "--worker=all" in words, ssh
-  remote = next(w for w in words if w.startswith("--command="))[len("--command="):]
-  assert "git clone -q https://example.org/t5-scoring.git" in remote
-  assert shlex.split(remote.split("exec ", 1)[1]) == [".venv/bin/python", "-m", "scripts.train",
-                                                      *shlex.split(train_args), "--gin.MULTI_HOST=True"]
+  remotes = []
+  for ssh in (setup, run):
+    words = shlex.split(ssh)
+    assert words[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh"] and "--worker=all" in words, ssh
+    remotes.append(next(w for w in words if w.startswith("--command="))[len("--command="):])
+  assert "git clone -q https://example.org/t5-scoring.git" in remotes[0]
+  assert "pip install -q -c $lock -r requirements/tpu.txt -e ." in remotes[0] and "check_environment" in remotes[0]
+  assert shlex.split(remotes[1].split("exec ", 1)[1]) == [".venv/bin/python", "-m", module, *shlex.split(module_args)]
 
 
 def run_preflight(ws: Workspace, command: str) -> subprocess.CompletedProcess:
