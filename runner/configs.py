@@ -93,6 +93,9 @@ class EvaluationConfig:
     best_metric: '<task or group>/<metric>' by which training keeps its best checkpoint in
       MODEL_DIR/best; None: none kept.
     best_mode: 'max' or 'min' (a tie keeps the earlier step).
+    truncated_candidates: candidates longer than their feature length (EOS included): 'score'
+      scores them cut, counted and reported; 'refuse' stops before scoring, naming the task
+      (`truncation.POLICIES`). Inputs that are cut are counted and reported either way.
   """
   scorer: str = "likelihood"
   normalization: str = "token"
@@ -103,6 +106,7 @@ class EvaluationConfig:
   split: str = "validation"
   best_metric: str | None = None
   best_mode: str = "max"
+  truncated_candidates: str = "score"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,11 +23,14 @@ seqio and TensorFlow are imported inside the functions: the rest of runner/ runs
 import contextlib
 import difflib
 import itertools
+import time
 from typing import Any, Iterator, Mapping, Sequence
 
+import jax
 import numpy as np
 
 from models import scoring
+from runner import truncation
 # Examples -> arrays (runner/arrays.py), read here by their callers as data's.
 from runner.arrays import (  # pylint: disable=unused-import
     TOKEN_FEATURES, bucket_length, candidate_arrays, candidate_rows, example_id, example_metadata,
@@ -91,12 +94,17 @@ def tasks_provenance(tasks) -> tuple[dict, dict | None]:
 # elsewhere reads the same data), and what its reader made of it (decided by the content, which
 # the sha256 identifies).
 FILE_LOCATION_FIELDS = ("path", "records_read", "records_skipped", "records_normalised")
+# A record's top-level fields that its data and settings decide rather than identify: what the
+# feature lengths cut (`training_truncation`), which a resume at other lengths may change.
+DERIVED_FIELDS = ("truncation",)
 
 
 def content_identity(record: Mapping, ignore: Sequence[str] = ()) -> dict:
   """A provenance `record` flattened to {"a.b[0].c": value}, without the fields `ignore` names
-  (dotted) and each data file's FILE_LOCATION_FIELDS: every other field, present or future, is
-  compared, so that no hand-kept list can miss one."""
+  (dotted), each data file's FILE_LOCATION_FIELDS and the DERIVED_FIELDS: every other field,
+  present or future, is compared, so that no hand-kept list can miss one."""
+  ignore = (*ignore, *DERIVED_FIELDS)
+
   def flat(value, prefix):
     if isinstance(value, Mapping):
       for key, item in value.items():
@@ -240,15 +248,56 @@ def _grouped_examples(dataset, size: int) -> Iterator[dict]:
 
 
 def candidate_examples(task_name: str, split: str, feature_lengths: Mapping[str, int], use_cached=False,
-                       group: int = READ_GROUP):
+                       group: int = READ_GROUP, counter: truncation.TaskCounter | None = None):
   """(iterator over the task's tokenized examples in its order, the candidates' vocabulary).
 
-  The examples are exactly `as_numpy_iterator`'s, read `group` at a time (READ_GROUP).
+  The examples are exactly `as_numpy_iterator`'s, read `group` at a time (READ_GROUP); a `counter`
+  counts what the lengths cut of each as it passes (with the task's vocabulary).
   """
   task = get_provider(task_name)
   with graph_mode_maps():
     dataset = task.get_dataset(dict(feature_lengths), split, use_cached=use_cached, shuffle=False, num_epochs=1)
-  return _grouped_examples(dataset, group), task.output_features["candidates"].vocabulary
+  examples = _grouped_examples(dataset, group)
+  if counter is not None:
+    examples = counter.reading(task.output_features).counted(examples)
+  return examples, task.output_features["candidates"].vocabulary
+
+
+# Seconds between the progress lines of a pass that counts what the lengths cut.
+COUNT_PROGRESS_S = 10.0
+
+
+def count_truncation(task_name: str, split: str, feature_lengths: Mapping[str, int], features: Sequence[str],
+                     use_cached=False) -> dict:
+  """One pass over a task's split as its pipeline makes it at `feature_lengths` (in order, once):
+  the `truncation.TaskCounter` record of `features`, with a progress line every COUNT_PROGRESS_S."""
+  counter = truncation.TaskCounter(task_name, feature_lengths, features)
+  examples, _ = candidate_examples(task_name, split, feature_lengths, use_cached, counter=counter)
+  total, started = get_provider(task_name).num_input_examples(split), time.perf_counter()
+  for _ in examples:
+    if time.perf_counter() - started >= COUNT_PROGRESS_S:
+      started = time.perf_counter()
+      if jax.process_index() == 0:
+        print(f"{task_name}: counting what the feature lengths cut, {counter.items:,}/{total or '?'} examples",
+              flush=True)
+  return counter.record()
+
+
+def training_truncation(tasks, dataset, candidates: bool) -> dict:
+  """{task: `count_truncation` record} of each training task's split (inputs and targets, or
+  candidates for a reward objective); prints a line per task with anything cut.
+
+  One pass over each split at the start, not a count in the stream: a mixture keeps only the
+  output features (a carried length would not reach the batches) and the stream repeats, while a
+  pass costs one tokenization of each split (a resume's skip re-reads more).
+  """
+  features = ("inputs", "candidates") if candidates else ("inputs", "targets")
+  records = {task.name: count_truncation(task.name, dataset.split, dataset.task_feature_lengths, features,
+                                         dataset.use_cached) for task in tasks}
+  if jax.process_index() == 0:
+    for line in truncation.lines(records):
+      print(line, flush=True)
+  return records
 
 
 def batch_rows(items: int, batch_size: int, row_multiple: int = 1, powers_of_two: bool = False) -> int:
@@ -282,7 +331,8 @@ def candidate_batch(examples: Sequence[Mapping[str, Any]], feature_lengths: Mapp
 
 
 def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, int], batch_size: int, *,
-                      use_cached=False, num_candidates=None, row_multiple: int = 1
+                      use_cached=False, num_candidates=None, row_multiple: int = 1,
+                      counter: truncation.TaskCounter | None = None
                       ) -> Iterator[tuple[list[dict], dict[str, np.ndarray]]]:
   """Every example of a cloze/preference task exactly once, in the task's order, for evaluation.
 
@@ -291,9 +341,10 @@ def candidate_batches(task_name: str, split: str, feature_lengths: Mapping[str, 
   real rows. Besides `candidate_arrays`' arrays, `score_mask` [B, K, T] marks the tokens a
   candidate's score sums (`models.scoring.span_score_mask`), and `scored_chars`, `scored_bytes`
   [B, K] measure the text those tokens decode to, for per-character and per-byte normalisation.
-  Metadata holds every non-token feature (id, *_pretokenized texts, candidate_rules, ...).
+  Metadata holds every non-token feature (id, *_pretokenized texts, candidate_rules, ...). A
+  `counter` counts what the lengths cut (`candidate_examples`).
   """
-  examples, vocabulary = candidate_examples(task_name, split, feature_lengths, use_cached)
+  examples, vocabulary = candidate_examples(task_name, split, feature_lengths, use_cached, counter=counter)
   for chunk in _chunks(examples, batch_size):
     yield ([example_metadata(example) for example in chunk],
            candidate_batch(chunk, feature_lengths, batch_size, vocabulary, num_candidates, row_multiple))

@@ -167,6 +167,9 @@ def evaluate(*, model_config: T5Config | None = None, dataset: configs.DatasetCo
   tasks = scoring_loop.candidate_tasks(task_name, split)
   scorers.check_metrics_scorable(tasks, scorer)
   data.require_examples(tasks, split)
+  # TRUNCATED_CANDIDATES = 'refuse' stops here, before the checkpoint is read (issue 48).
+  scoring_loop.check_truncated_candidates(tasks, split, lengths, evaluation.truncated_candidates,
+                                          use_cached=dataset.use_cached)
   config, params = checkpoints.load_params(checkpoint_path, model_config, partitioner)
   settings = provenance.provenance(mixture_or_task_name=task_name, split=split,
                                    checkpoint_path=checkpoint_path, config=config, params=params, tasks=tasks,
@@ -198,7 +201,7 @@ def evaluate(*, model_config: T5Config | None = None, dataset: configs.DatasetCo
   metrics, groups, by_task, path = evaluated.tasks, evaluated.groups, evaluated.records, sink.path
   if not _writes_outputs():
     return {**metrics, **groups}
-  outputs.write_metrics(output_dir, {**metrics, **groups}, provenance=settings)
+  outputs.write_metrics(output_dir, {**metrics, **groups}, provenance=settings, truncation=evaluated.truncation)
   counts = report.Table("Items scored", ("task", "items"),
                         [(task.name, len(by_task.get(task.name, []))) for task in tasks])
   notes = [f"{task_name}, split {split!r}, scorer {scorer}"
@@ -209,6 +212,6 @@ def evaluate(*, model_config: T5Config | None = None, dataset: configs.DatasetCo
   most_wrong = [report.worst_items_table(name, items) for name, items in wrong_items.items() if items]
   html_path = report.write_report(output_dir, title=f"Evaluation of {task_name}",
                                   metrics=metrics, groups=groups, tables=[counts, *most_wrong],
-                                  notes=notes, references=references)
+                                  notes=notes, references=references, truncation=evaluated.truncation)
   print(f"wrote {path}, {run_dir.EvalDir(output_dir).metrics} and {html_path}", flush=True)
   return {**metrics, **groups}

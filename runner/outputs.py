@@ -3,7 +3,8 @@
 An output directory holds `predictions.jsonl` (one JSON object per item, with
 at least "task" and "id"; candidate tasks add "scores", "prediction", "gold")
 and `metrics.json` (`{task: {metric: {"value", "low", "high"}}}`, plus a top-level
-"provenance" object saying what produced the numbers when the writer records one).
+"provenance" object saying what produced the numbers when the writer records one, and a
+"truncation" object saying what the feature lengths cut of each task's items).
 Whole files are written with `storage.write_*` (a local one atomically); `PredictionsAppender`
 writes line by line so that an interrupted evaluation can resume where it stopped.
 """
@@ -19,6 +20,8 @@ PREDICTIONS_FILE = run_dir.PREDICTIONS
 METRICS_FILE = run_dir.METRICS
 RUN_CONFIG_FILE = run_dir.CONFIG_GIN
 PROVENANCE_KEY = "provenance"  # metrics.json's record of checkpoint, data and settings
+TRUNCATION_KEY = "truncation"  # metrics.json's {task: what the feature lengths cut} (runner/truncation.py)
+RESERVED_KEYS = (PROVENANCE_KEY, TRUNCATION_KEY)  # metrics.json's keys that are not tasks
 FILE_MODE = storage.FILE_MODE
 
 
@@ -67,9 +70,10 @@ def interval(value: float, low: float, high: float) -> dict[str, float]:
 
 
 def write_metrics(out_dir: str, metrics: Mapping[str, Mapping[str, Mapping[str, float]]],
-                  provenance: Mapping[str, Any] | None = None) -> str:
+                  provenance: Mapping[str, Any] | None = None, truncation: Mapping[str, Any] | None = None) -> str:
   """Writes `{task: {metric: {"value", "low", "high"}}}` to `out_dir/metrics.json`, with
-  `provenance` (what produced the numbers) under the top-level "provenance" key when given."""
+  `provenance` (what produced the numbers) under the top-level "provenance" key and `truncation`
+  ({task: what the feature lengths cut}) under "truncation", each when given."""
   for task, by_name in metrics.items():
     for name, entry in by_name.items():
       missing = {"value", "low", "high"} - set(entry)
@@ -78,9 +82,11 @@ def write_metrics(out_dir: str, metrics: Mapping[str, Mapping[str, Mapping[str, 
       for key in ("value", "low", "high"):
         if not isinstance(entry[key], (int, float)) or math.isnan(entry[key]):
           raise OutputError(f"metrics[{task!r}][{name!r}]['{key}']: expected a number, got {entry[key]!r}")
-  if PROVENANCE_KEY in metrics:
-    raise OutputError(f"metrics: {PROVENANCE_KEY!r} is reserved for the provenance record, not a task")
-  content = dict(metrics) if provenance is None else {**metrics, PROVENANCE_KEY: provenance}
+  for key in RESERVED_KEYS:
+    if key in metrics:
+      raise OutputError(f"metrics: {key!r} is reserved for the {key} record, not a task")
+  records = {PROVENANCE_KEY: provenance, TRUNCATION_KEY: truncation}
+  content = {**metrics, **{key: record for key, record in records.items() if record is not None}}
   path = run_dir.EvalDir(out_dir).metrics
   storage.write_text(path, json.dumps(content, indent=2, sort_keys=True) + "\n")
   return path
@@ -91,13 +97,19 @@ def _read_metrics_file(out_dir: str) -> dict:
 
 
 def read_metrics(out_dir: str) -> dict:
-  """`{task: {metric: {"value", "low", "high"}}}` of `out_dir/metrics.json` (provenance left out)."""
-  return {k: v for k, v in _read_metrics_file(out_dir).items() if k != PROVENANCE_KEY}
+  """`{task: {metric: {"value", "low", "high"}}}` of `out_dir/metrics.json` (provenance and
+  truncation left out)."""
+  return {k: v for k, v in _read_metrics_file(out_dir).items() if k not in RESERVED_KEYS}
 
 
 def read_provenance(out_dir: str) -> dict | None:
   """The provenance recorded in `out_dir/metrics.json`, or None when the writer recorded none."""
   return _read_metrics_file(out_dir).get(PROVENANCE_KEY)
+
+
+def read_truncation(out_dir: str) -> dict | None:
+  """{task: what the feature lengths cut} of `out_dir/metrics.json`, or None when none was recorded."""
+  return _read_metrics_file(out_dir).get(TRUNCATION_KEY)
 
 
 def read_predictions(path: str) -> list[dict]:

@@ -19,6 +19,7 @@ matplotlib.use("Agg")  # No display on servers; must precede pyplot.
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 
 from runner import run_dir
+from runner import truncation as truncation_lib
 import storage
 
 REPORT_FILE = run_dir.REPORT
@@ -262,8 +263,12 @@ def write_report(out_dir: str, *, title: str,
                  metrics: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
                  groups: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
                  charts: Sequence[BarChart] = (), tables: Sequence[Table] = (),
-                 notes: Sequence[str] = (), references: References | None = None) -> str:
+                 notes: Sequence[str] = (), references: References | None = None,
+                 truncation: Mapping[str, Mapping] | None = None) -> str:
   """Writes `out_dir/report.html` and its PNGs; returns the HTML path.
+
+  `truncation` ({task: what the feature lengths cut}, `runner.truncation`'s records) adds a line
+  to the header after the `notes` for each task with anything cut, or one saying nothing was.
 
   `groups` (averages over groups of tasks, as `runner.eval_metrics.group_metrics` makes them) get a
   table and charts of their own after the metrics'. `references` (`{task: [(metric, label,
@@ -276,7 +281,7 @@ def write_report(out_dir: str, *, title: str,
            "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left;vertical-align:top}"
            "td{max-width:60em;white-space:pre-wrap}</style></head><body>",
            f"<h1>{html.escape(title)}</h1>"]
-  parts += [f"<p>{html.escape(note)}</p>" for note in notes]
+  parts += [f"<p>{html.escape(note)}</p>" for note in [*notes, *truncation_lib.report_lines(truncation or {})]]
   all_charts = []
   if metrics:
     parts.append(_table_html(metrics_table(metrics)))

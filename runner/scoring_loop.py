@@ -22,6 +22,7 @@ from runner import data
 from runner import eval_metrics
 from runner import outputs
 from runner import partitioning
+from runner import truncation
 from runner.progress import Progress
 
 def item_record(task: str, item_id: str, metadata: dict, scores, labels, mask, extras=None) -> dict:
@@ -59,7 +60,9 @@ class TaskStats:
   `real_tokens` counts the non-padding input and candidate ids of the arrays scored, `positions`
   every position of them (the input once per row, the packed candidates' S per row, padded rows
   included).
-  `ids` are the task's item ids in its order (repeated ones numbered, as written)."""
+  `ids` are the task's item ids in its order (repeated ones numbered, as written). `truncation` is
+  what the feature lengths cut of the task's items (`truncation.TaskCounter.record`), once every
+  item was read (None when the task stopped early)."""
   task: str
   items: int = 0
   seconds: float = 0.0
@@ -69,6 +72,7 @@ class TaskStats:
   batches: int = 0
   shapes: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # (B, L, S): batches
   ids: list = dataclasses.field(default_factory=list, repr=False)
+  truncation: dict | None = None
 
   @property
   def real_tokens(self) -> int:
@@ -131,13 +135,14 @@ def _prefetched(batches: Iterator, size: int = PREFETCH_BATCHES) -> Iterator:
     stopped.set()
 
 
-def _task_batches(task_name, split, feature_lengths, batch_size, use_cached, bucket_by_length, row_multiple):
+def _task_batches(task_name, split, feature_lengths, batch_size, use_cached, bucket_by_length, row_multiple, counter):
   """(each real row's position in the task's order, metadata with distinct ids (`distinct_ids`,
   numbered in the task's order), batch), bucketed by length or in the task's order; a batch of
-  fewer than `batch_size` items has its rows rounded up to `row_multiple` (`data.batch_rows`)."""
+  fewer than `batch_size` items has its rows rounded up to `row_multiple` (`data.batch_rows`).
+  `counter` counts what the lengths cut of each item as it is read."""
   occurrences: dict[str, int] = {}
   if bucket_by_length and batch_size > 1:  # a one-item batch is trimmed to its own lengths already
-    examples, vocabulary = data.candidate_examples(task_name, split, feature_lengths, use_cached)
+    examples, vocabulary = data.candidate_examples(task_name, split, feature_lengths, use_cached, counter=counter)
 
     def numbered():
       for example in examples:
@@ -148,7 +153,7 @@ def _task_batches(task_name, split, feature_lengths, batch_size, use_cached, buc
     return
   start = 0
   for metadata, batch in data.candidate_batches(task_name, split, feature_lengths, batch_size, use_cached=use_cached,
-                                                row_multiple=row_multiple):
+                                                row_multiple=row_multiple, counter=counter):
     for item, item_id in zip(metadata, distinct_ids([item["id"] for item in metadata], occurrences)):
       item["id"] = item_id
     yield list(range(start, start + len(metadata))), metadata, batch
@@ -173,15 +178,19 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
   `batch_size` is global: with a `partitioner`, each process reads every batch and places on its devices
   the rows they hold (`Partitioner.global_batch`); `score_fn` returns the whole batch's scores to
   every process, so every process calls `appender.write` for the same items.
+  What the feature lengths cut of the items (inputs, candidates) is counted as they are read,
+  printed in one line when anything was, and kept in `stats.truncation`.
   """
   progress = Progress(task_name, total, "items")
   stats = TaskStats(task_name)
   started = time.perf_counter()
   ids_at: dict[int, str] = {}  # position -> distinct id
   row_multiple = 1 if partitioner is None else partitioner.batch_blocks()
+  counter = truncation.TaskCounter(task_name, feature_lengths)  # counted on the reading thread
   batches = _prefetched((positions, metadata, batch, data.packed_arrays(batch))  # made on the reading thread
                         for positions, metadata, batch in _task_batches(task_name, split, feature_lengths, batch_size,
-                                                                        use_cached, bucket_by_length, row_multiple))
+                                                                        use_cached, bucket_by_length, row_multiple,
+                                                                        counter))
   try:
     for positions, metadata, batch, arrays in batches:
       if should_stop():
@@ -216,6 +225,8 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
       progress.advance(len(metadata), input_tokens + candidate_tokens)
       if progress.seconds_since_report() >= progress_every_s:
         progress.report()
+    else:  # every item read (the reading thread has finished): the count is whole
+      stats.truncation = counter.record()
   finally:
     batches.close()  # stops the reading thread
     stats.seconds = time.perf_counter() - started
@@ -224,6 +235,8 @@ def score_task(task_name: str, split: str, feature_lengths, batch_size: int, sco
     progress.report()
   if stats.items and jax.process_index() == 0:
     print(stats.line(), flush=True)
+  if stats.truncation and truncation.any_cut(stats.truncation) and jax.process_index() == 0:
+    print(truncation.line(task_name, stats.truncation), flush=True)
   return stats
 
 
@@ -238,10 +251,12 @@ class RecordsInMemory(outputs.CollectedRecords):
 
 @dataclasses.dataclass
 class Evaluated:
-  """What `evaluate_tasks` gives: each task's metrics, each group's, and the records of each task in its order."""
+  """What `evaluate_tasks` gives: each task's metrics, each group's, the records of each task in
+  its order, and what the feature lengths cut of each task's items."""
   tasks: dict  # {task: {metric: {"value", "low", "high"}}}
   groups: dict  # {group: {metric: {"value", "low", "high", "tasks"}}}
   records: dict  # {task: [record, ...]}
+  truncation: dict  # {task: truncation.TaskCounter record}
 
   @property
   def metrics(self) -> dict:
@@ -265,6 +280,7 @@ def evaluate_tasks(tasks, split: str, score_fn, params, sink, *, feature_lengths
   batch_numbers = itertools.count(1)
   should_stop = (lambda: False) if guard is None else (lambda: guard.should_stop(next(batch_numbers)))
   order = []  # (task, id) of every item, in the tasks' order
+  cut = {}  # {task: what the lengths cut of its items}
   for task in tasks:
     if guard is not None and guard.should_stop():
       break
@@ -272,12 +288,27 @@ def evaluate_tasks(tasks, split: str, score_fn, params, sink, *, feature_lengths
                        total=task.num_input_examples(split), partitioner=partitioner, use_cached=use_cached,
                        should_stop=should_stop, bucket_by_length=bucket_by_length)
     order += [(task.name, item_id) for item_id in stats.ids]
+    if stats.truncation is not None:
+      cut[task.name] = stats.truncation
   by_task = {}
   for record in sink.finish(order):
     by_task.setdefault(record["task"], []).append(record)
   metrics = {task.name: eval_metrics.task_metrics(task, by_task[task.name]) for task in tasks
              if task.name in by_task}
-  return Evaluated(metrics, eval_metrics.group_metrics(metrics, metric_groups), by_task)
+  return Evaluated(metrics, eval_metrics.group_metrics(metrics, metric_groups), by_task, cut)
+
+
+def check_truncated_candidates(tasks, split: str, feature_lengths, policy: str, use_cached=False) -> None:
+  """Refuses, before anything is scored, a task with candidates longer than their length when
+  `policy` (TRUNCATED_CANDIDATES) is 'refuse': one line naming the task, the count, an item and
+  the length that holds them (`truncation.refusal`); 'score' scores them cut, counted as read."""
+  truncation.check_policy(policy)
+  if policy != "refuse":
+    return
+  for task in tasks:
+    record = data.count_truncation(task.name, split, feature_lengths, ("inputs", "candidates"), use_cached)
+    if record["candidates"]["cut"]:
+      raise ValueError(truncation.refusal(task.name, record))
 
 
 def candidate_tasks(mixture_or_task_name: str, split: str):

@@ -285,6 +285,8 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
     data.require_examples(tasks, dataset.split)
     data_record = _data_record(dataset.mixture_or_task_name, dataset.split, tasks)
     _check_data_record(model_dir, data_record)
+    # What the feature lengths cut of each task, printed and kept in data_files.json (issue 48).
+    data_record["truncation"] = data.training_truncation(tasks, dataset, candidates=goal.candidates)
   if training.normalize_reward_task is not None:  # its references are read after the last step: check them before the first
     data.require_examples(data.tasks_with_split(training.normalize_reward_task, training.normalize_reward_split),
                           training.normalize_reward_split)

@@ -2,8 +2,9 @@
 
 Every EVAL_EVERY steps the run scores the eval split with its current parameters as offline
 evaluation does (`runner.scoring_loop.evaluate_tasks`, the same scorer and NORMALIZATION), writes
-`eval/<task>/<metric>` scalars beside the loss, adds a line to MODEL_DIR/eval_metrics.jsonl,
-prints one line, and keeps the best checkpoint by BEST_METRIC in MODEL_DIR/best.
+`eval/<task>/<metric>` scalars beside the loss, adds a line to MODEL_DIR/eval_metrics.jsonl (with
+what the feature lengths cut of each task's items, `runner.truncation`), prints one line, and keeps
+the best checkpoint by BEST_METRIC in MODEL_DIR/best.
 """
 import json
 
@@ -146,13 +147,12 @@ class _Evaluation:
     print(f"best checkpoint so far: {self.best_metric} {record['value']:.4f} at step {best_step} in "
           f"{self.best_manager.directory}", flush=True)
 
-  def metrics(self, params) -> dict[str, float]:
-    """`{"task/metric": value}` of every evaluated task and group, scored with `params`."""
-    evaluated = scoring_loop.evaluate_tasks(
+  def score(self, params) -> scoring_loop.Evaluated:
+    """Every evaluated task's and group's metrics (and what the lengths cut), scored with `params`."""
+    return scoring_loop.evaluate_tasks(
         self.tasks, self.split, self.score_fn, params, scoring_loop.RecordsInMemory(),
         feature_lengths=self.feature_lengths, batch_size=self.batch_size, metric_groups=self.groups,
         partitioner=self.partitioner, use_cached=self.use_cached)
-    return _flat_metrics(evaluated.metrics)
 
   def _improves(self, value: float) -> bool:
     if self.best is None:
@@ -171,13 +171,14 @@ class _Evaluation:
 
   def __call__(self, step: int, params, writer) -> dict[str, float]:
     """Evaluates the parameters of `step`; records and prints the result."""
-    metrics = self.metrics(params)
+    evaluated = self.score(params)
+    metrics = _flat_metrics(evaluated.metrics)
     if self.best_metric is not None:
       self._keep_best(step, params, metrics)
     if writer is not None:
       writer.write_scalars(step, {f"eval/{name}": value for name, value in metrics.items()})
       writer.flush()
-    line = {"step": step, "metrics": metrics}
+    line = {"step": step, "metrics": metrics, "truncation": evaluated.truncation}
     shown = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
     if self.best is not None:
       line["best"] = {"metric": self.best_metric, **self.best}
@@ -212,6 +213,8 @@ def make(evaluation: configs.EvaluationConfig | None, *, goal, model_config, tra
   # A reward model's scores are its rewards; any other model's, its likelihoods (as evaluate's SCORER).
   scorer = "reward" if goal.reward_head else "likelihood"
   scorers.check_metrics_scorable(tasks, scorer)  # before the first step: a metric it cannot give
+  scoring_loop.check_truncated_candidates(tasks, evaluation.split, train_dataset.task_feature_lengths,
+                                          evaluation.truncated_candidates, use_cached=train_dataset.use_cached)
   names = [task.name for task in tasks]
   groups = _metric_groups(evaluation.metric_groups, names)
   if best_metric is not None:

@@ -424,10 +424,13 @@ def check_evaluation(ws: Workspace, command: str, result, output_dir: str | None
   output = ws.path(output_dir)
   assert f"report: {ws.localise(output_dir)}/report.html" in result.stdout, result.stdout[-2000:]
   written = json.loads((output / "metrics.json").read_text())
-  # Besides the tasks: provenance (how the numbers were made) and groups' averages (HEAP clusters).
+  # Besides the tasks: provenance (how the numbers were made), truncation (what the lengths cut)
+  # and groups' averages (HEAP clusters).
+  records = ("provenance", "truncation")
   groups = {name for name, by_name in written.items()
-            if name != "provenance" and all("tasks" in e for e in by_name.values())}
-  metrics = {task: by_name for task, by_name in written.items() if task != "provenance" and task not in groups}
+            if name not in records and all("tasks" in e for e in by_name.values())}
+  metrics = {task: by_name for task, by_name in written.items() if task not in records and task not in groups}
+  assert set(written["truncation"]) == set(metrics), sorted(written["truncation"])
   for group in groups:  # the unweighted mean of its members' values
     for name, e in written[group].items():
       members = [by_name[name]["value"] for task, by_name in metrics.items() if name in by_name
@@ -610,7 +613,8 @@ def check_heap_evaluation(ws: Workspace, command: str, result) -> None:
   """The held-out target alone (§4.2's D_test^t): CNG, and its groups' averages of it."""
   check_evaluation(ws, command, result)
   written = json.loads((ws.path(gin_value(command, "EVAL_OUTPUT_DIR")) / "metrics.json").read_text())
-  tasks = {name for name in written if name not in ("provenance", "heap") and not name.startswith("heap_cluster_")}
+  tasks = {name for name in written if name not in ("provenance", "truncation", "heap")
+           and not name.startswith("heap_cluster_")}
   assert tasks == {"heap_cng"}, sorted(written)
   assert written["heap_cluster_hate_speech"]["pairwise_accuracy"]["tasks"] == 1
 
@@ -637,6 +641,22 @@ def check_heap_runs(ws: Workspace, command: str, result) -> None:
   assert_ran(result)
   assert "HEAP per criterion over 1 runs (Table 2)" in result.stdout, result.stdout
   assert re.search(r"^hate_speech +1 ", result.stdout, re.M), result.stdout  # the run's target, CNG
+
+
+ASQ_TEST = f"{DEMO_EVALUATE} --gin.MIXTURE_OR_TASK_NAME='asq_intent_cloze'"
+
+
+def check_asq_test_cuts(ws: Workspace, command: str, result) -> None:
+  """ASQ's test file (its first 1,000 items) at the quickstart's 256 and 64 bytes: the line saying
+  how many narratives and questions were cut is printed, with metrics.json's counts (issue 48)."""
+  check_evaluation(ws, command, result)
+  cut = json.loads((ws.path(gin_value(command, "EVAL_OUTPUT_DIR")) / "metrics.json").read_text())["truncation"]
+  inputs, candidates = cut["asq_intent_cloze"]["inputs"], cut["asq_intent_cloze"]["candidates"]
+  assert (inputs["cut"], candidates["cut"], candidates["items_cut"]) == (969, 722, 585), cut
+  line = next((line for line in result.stdout.splitlines()
+               if line.startswith("asq_intent_cloze: cut by the feature lengths")), result.stdout[-3000:])
+  assert "969 of 1,000 inputs longer than 'inputs' 256" in line, line
+  assert "722 of 2,000 candidates in 585 items longer than 'targets' 64" in line, line
 
 
 ASQ_TABLE4 = "python -m scripts.evaluate --gin_file=gin/models/t5_1_1/tiny.gin --gin_file=gin/recipes/asq/table4.gin"
@@ -913,6 +933,8 @@ CASES = [
     Case(HEAP_TRAIN, "tiny steps, quickstart shapes, no accumulation", check_heap_training, run=run_heap_training,
          reads=AFTER_THE_DEMO),
     Case(HEAP_EVALUATE, "quickstart shapes, on the HEAP run", check_heap_evaluation, run=run_with_tiny_settings),
+    Case(ASQ_TEST, "quickstart shapes, on the demo's run and ../shared/data's ASQ test file", check_asq_test_cuts,
+         run=run_with_tiny_settings, reads=AFTER_THE_DEMO),
     Case(ASQ_TABLE4, "quickstart shapes, on the demo's run and ../shared/data's annotation files",
          check_asq_table4, run=run_with_tiny_settings, reads=AFTER_THE_DEMO),
     Case("python -m scripts.analyze asq", "as is, on that evaluation's predictions", check_asq_analysis,
