@@ -40,6 +40,7 @@ from runner import configs
 from runner import data
 from runner import eval_metrics
 from runner import host_memory
+from runner import model_inputs
 from runner import outputs
 from runner import partitioning
 from runner import provenance
@@ -127,8 +128,10 @@ def evaluate(*, model_config: T5Config | None = None, dataset: configs.DatasetCo
              references: report.References | None = None) -> dict:
   """Scores a task or mixture with a checkpoint; writes predictions, metrics.json and report.html.
 
-  `dataset` names the task or mixture, its split, feature lengths, global batch size and whether
-  seqio's cache is read (its seed is unused: items are read in order). `evaluation` (default
+  `dataset` names the task or mixture, its split, feature lengths (None: those the checkpoint
+  recorded, `runner.model_inputs`), global batch size and whether seqio's cache is read (its seed
+  is unused: items are read in order). A vocabulary other than the checkpoint's recorded one is
+  refused before anything is read. `evaluation` (default
   `configs.EvaluationConfig()`) gives the scorer, a likelihood's normalisation, the metric groups
   and BUCKET_BY_LENGTH; its fields for evaluation during training are unused. `model_config`
   None: the checkpoint's recorded one. scripts/evaluate.py calls it through gin (gin/runs/eval.gin).
@@ -154,7 +157,9 @@ def evaluate(*, model_config: T5Config | None = None, dataset: configs.DatasetCo
   """
   evaluation = configs.EvaluationConfig() if evaluation is None else evaluation
   partitioner = partitioning.Partitioner() if partitioner is None else partitioner
-  task_name, split, lengths = dataset.mixture_or_task_name, dataset.split, dataset.task_feature_lengths
+  task_name, split = dataset.mixture_or_task_name, dataset.split
+  recorded = model_inputs.read(checkpoint_path)
+  lengths = model_inputs.feature_lengths(recorded, dataset.task_feature_lengths, f"CHECKPOINT_PATH {checkpoint_path}")
   scorer, normalization = evaluation.scorer, evaluation.normalization
   scorers.check_scoring(scorer, normalization)
   storage.check_reachable(output_dir, "EVAL_OUTPUT_DIR")
@@ -166,6 +171,8 @@ def evaluate(*, model_config: T5Config | None = None, dataset: configs.DatasetCo
   partitioner.check_batch_size(dataset.batch_size)
   tasks = scoring_loop.candidate_tasks(task_name, split)
   scorers.check_metrics_scorable(tasks, scorer)
+  model_inputs.check_vocabulary(recorded, model_inputs.tasks_vocabulary(tasks),
+                                f"CHECKPOINT_PATH {checkpoint_path}")
   data.require_examples(tasks, split)
   # TRUNCATED_CANDIDATES = 'refuse' stops here, before the checkpoint is read (issue 48).
   scoring_loop.check_truncated_candidates(tasks, split, lengths, evaluation.truncated_candidates,

@@ -26,6 +26,7 @@ from runner import checkpoints
 from runner import configs
 from runner import data
 from runner import host_memory
+from runner import model_inputs
 from runner import outputs
 from runner import partitioning
 from runner import preflight as run_preflight
@@ -187,6 +188,14 @@ def _vocabulary_size(tasks) -> int | None:
   return max(sizes, default=None)
 
 
+def _check_vocabulary(model_dir, initial_checkpoint_path, vocabulary: dict | None) -> None:
+  """Refuses a vocabulary other than the one the run (resumed) or its initial checkpoint recorded."""
+  model_inputs.check_vocabulary(model_inputs.read(model_dir), vocabulary, f"MODEL_DIR {model_dir}")
+  if initial_checkpoint_path:
+    model_inputs.check_vocabulary(model_inputs.read(initial_checkpoint_path), vocabulary,
+                                  f"INITIAL_CHECKPOINT_PATH {initial_checkpoint_path}")
+
+
 def _check_data_record(model_dir, record: dict) -> None:
   """Refuses to resume a run's checkpoints on other data than its data_files.json records, naming
   each differing field with both values, before anything compiles or is written: the batches
@@ -239,8 +248,10 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
   `training.optimizer` None is `trainer.make_optimizer()` (Adafactor, constant 1e-3).
   On SIGTERM or SIGINT the run saves a checkpoint at its step and returns preempted, with the signal.
   `run_config` (the gin configuration's text) is written to `model_dir/config.gin`, the data
-  files each task read to `model_dir/data_files.json`. The tasks' vocabulary is checked against
-  the model's embedding before anything runs. Every run first prints its preflight
+  files each task read to `model_dir/data_files.json`, the tasks' vocabulary and the feature
+  lengths to `model_dir/model_inputs.json` (`runner.model_inputs`). The tasks' vocabulary is checked
+  against the model's embedding, and against the one the run or its initial checkpoint recorded,
+  before anything runs. Every run first prints its preflight
   (`preflight.for_training`) and stops when the memory plan does not fit the devices' memory
   (`training.device_memory_gib`, default: what the device reports).
   With `training.normalize_reward_task` (a reward objective), a run that reaches `training.steps`
@@ -270,12 +281,17 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
   from_tasks = isinstance(train_dataset, configs.DatasetConfig)
   dataset = train_dataset if from_tasks else train_dataset.as_dataset()
   # The mixture is resolved once (an unknown name stops the run here, naming close ones).
+  if from_tasks and dataset.task_feature_lengths is None:
+    raise ValueError("TASK_FEATURE_LENGTHS is None: training needs them bound, e.g. "
+                     "{'inputs': 512, 'targets': 128} (None means a checkpoint's own only in evaluation and inference)")
   tasks = data.tasks_with_split(dataset.mixture_or_task_name, dataset.split) if from_tasks else []
   check_settings(train_steps=training.steps, batch_size=dataset.batch_size,
                  accumulation_steps=training.accumulation_steps, data_axis=partitioner.batch_blocks(),
                  model_config=model_config, vocabulary_size=_vocabulary_size(tasks),
                  checkpoint_every=checkpoint.every, keep_checkpoints=checkpoint.keep, log_every=training.log_every)
   checkpoints.check_run_model(model_dir, model_config)
+  vocabulary = model_inputs.tasks_vocabulary(tasks)
+  _check_vocabulary(model_dir, checkpoint.initial_checkpoint_path, vocabulary)
   if training.optimizer is None:
     training = dataclasses.replace(training, optimizer=trainer.make_optimizer())
   optimizer = training.optimizer
@@ -301,6 +317,7 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
   # Written once the run is known to start: a refused resume leaves the run's records as they were.
   if jax.process_index() == 0:  # evaluation and inference read the architecture from here
     checkpoints.write_model_config(model_dir, model_config)
+    model_inputs.write(model_dir, vocabulary, dataset.task_feature_lengths)
     if run_config is not None:
       outputs.write_run_config(model_dir, run_config)
     if from_tasks:

@@ -229,7 +229,7 @@ def _positive_number_or_none(value) -> bool:
 
 
 def _lengths(value) -> bool:
-  return (isinstance(value, dict) and {"inputs", "targets"} <= set(value)
+  return value is None or (isinstance(value, dict) and {"inputs", "targets"} <= set(value)
           and all(isinstance(k, str) and _whole(v) and v > 0 for k, v in value.items()))
 
 
@@ -272,7 +272,8 @@ MACRO_KINDS = {
     "MULTI_HOST": (_flag_or_none, "True, False or None"),
     "DEVICE_MEMORY_GIB": (_positive_number_or_none, "a positive number of GiB, or None (what the device reports)"),
     "TASK_FEATURE_LENGTHS": (_lengths, "a dict of positive lengths with 'inputs' and 'targets', "
-                                       "e.g. {'inputs': 512, 'targets': 128}"),
+                                       "e.g. {'inputs': 512, 'targets': 128}, or None (evaluation "
+                                       "and inference: the checkpoint's recorded ones)"),
     "MESH_SHAPE": (_mesh, "a (data, model) pair of device counts, one of them -1 at most (the devices the "
                           "other leaves), e.g. (-1, 1)"),
     "LOGICAL_AXIS_RULES": (_rules, "a list of (logical axis, mesh axis) pairs"),
