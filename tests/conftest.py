@@ -74,11 +74,13 @@ LONGEST_MODULES = (
     "tests/runner/test_multi_process.py",  # 232
     "tests/runner/test_pod_bucket.py",  # 153
     "tests/runner/test_train_entry.py",  # 84
+    "tests/scripts/test_sentencepiece_run.py",  # 77
     "tests/runner/test_bucket_runs.py",  # 80
     "tests/scripts/test_benchmark.py",  # 54
     "tests/scripts/test_best_of_n.py",  # 48
     "tests/runner/test_multi_process_evaluation.py",  # 41
     "tests/runner/test_evaluate.py",  # 40
+    "tests/scripts/test_launch_tpu_pod_rehearsal.py",  # 40
     "tests/runner/test_host_memory.py",  # 37
     "tests/t5_tasks/test_tfds_parity.py",  # 36
     "tests/runner/test_learning.py",  # 31
