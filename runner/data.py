@@ -283,20 +283,27 @@ def count_truncation(task_name: str, split: str, feature_lengths: Mapping[str, i
   return counter.record()
 
 
-def training_truncation(tasks, dataset, candidates: bool) -> dict:
+def training_truncation(tasks, dataset, candidates: bool, recorded: Mapping | None = None) -> dict:
   """{task: `count_truncation` record} of each training task's split (inputs and targets, or
   candidates for a reward objective); prints a line per task with anything cut.
 
-  One pass over each split at the start, not a count in the stream: a mixture keeps only the
-  output features (a carried length would not reach the batches) and the stream repeats, while a
-  pass costs one tokenization of each split (a resume's skip re-reads more).
+  One pass over each split when a run starts, not a count in the stream: a mixture keeps only the
+  output features (a carried length would not reach the batches) and the stream repeats. A resume
+  on the same data (data_files.json checked) takes `recorded`, the count it kept, when it was made
+  at the same lengths of the same features. Process 0 alone counts: it alone prints and writes it.
   """
+  if jax.process_index() != 0:
+    return {}
   features = ("inputs", "candidates") if candidates else ("inputs", "targets")
-  records = {task.name: count_truncation(task.name, dataset.split, dataset.task_feature_lengths, features,
-                                         dataset.use_cached) for task in tasks}
-  if jax.process_index() == 0:
-    for line in truncation.lines(records):
-      print(line, flush=True)
+  lengths = dict(dataset.task_feature_lengths)
+  records = {}
+  for task in tasks:
+    kept = (recorded or {}).get(task.name)
+    same = kept is not None and kept["feature_lengths"] == lengths and all(name in kept for name in features)
+    records[task.name] = kept if same else count_truncation(task.name, dataset.split, lengths, features,
+                                                            dataset.use_cached)
+  for line in truncation.lines(records):
+    print(line, flush=True)
   return records
 
 

@@ -196,14 +196,15 @@ def _check_vocabulary(model_dir, initial_checkpoint_path, vocabulary: dict | Non
                                   f"INITIAL_CHECKPOINT_PATH {initial_checkpoint_path}")
 
 
-def _check_data_record(model_dir, record: dict) -> None:
+def _check_data_record(model_dir, record: dict) -> dict:
   """Refuses to resume a run's checkpoints on other data than its data_files.json records, naming
   each differing field with both values, before anything compiles or is written: the batches
   after the checkpoint would come from another stream. Files are compared by content, so a run
-  copied elsewhere with its data resumes; fields a record predates are not compared."""
+  copied elsewhere with its data resumes; fields a record predates are not compared. Returns the
+  record of the run resumed ({} for a new run)."""
   layout = run_dir.RunDir(model_dir)
   if not storage.exists(layout.data_files) or not any(n.isdigit() for n in storage.list_names(layout.checkpoints)):
-    return
+    return {}
   recorded = json.loads(storage.read_text(layout.data_files))
   changed = data.identity_differences(data.content_identity(recorded), data.content_identity(record),
                                       only_recorded=True)
@@ -212,6 +213,7 @@ def _check_data_record(model_dir, record: dict) -> None:
                      f"{layout.data_files}: {'; '.join(changed[:4])}"
                      + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
                      + "; bind the run's data and settings again, or name a new MODEL_DIR")
+  return recorded
 
 
 def _log_interval(log_every: int, train_steps: int) -> int:
@@ -300,9 +302,10 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
     _print_mixture(dataset.mixture_or_task_name, dataset.split)
     data.require_examples(tasks, dataset.split)
     data_record = _data_record(dataset.mixture_or_task_name, dataset.split, tasks)
-    _check_data_record(model_dir, data_record)
+    recorded = _check_data_record(model_dir, data_record)
     # What the feature lengths cut of each task, printed and kept in data_files.json (issue 48).
-    data_record["truncation"] = data.training_truncation(tasks, dataset, candidates=goal.candidates)
+    data_record["truncation"] = data.training_truncation(tasks, dataset, candidates=goal.candidates,
+                                                         recorded=recorded.get("truncation"))
   if training.normalize_reward_task is not None:  # its references are read after the last step: check them before the first
     data.require_examples(data.tasks_with_split(training.normalize_reward_task, training.normalize_reward_split),
                           training.normalize_reward_split)

@@ -154,9 +154,10 @@ def _train(model_dir, steps, objective="cross_entropy", evaluation=None):
                      model_dir=str(model_dir), evaluation=evaluation)
 
 
-def test_training_counts_inputs_and_targets_in_data_files_json_and_resumes(asq_file, tmp_path, capsys):
+def test_training_counts_inputs_and_targets_in_data_files_json_and_resumes(asq_file, tmp_path, capsys, monkeypatch):
   """Cross-entropy: the targets are the correct questions (label 0: qn1). The run evaluates its test
-  split at the end: eval_metrics.jsonl has the evaluation's counts. A resume is not refused."""
+  split at the end: eval_metrics.jsonl has the evaluation's counts. A resume is not refused, and
+  takes the count it kept rather than reading every split again."""
   del asq_file
   model_dir = tmp_path / "run"
   _train(model_dir, 1, evaluation=configs.EvaluationConfig(every=1, split="test"))
@@ -169,7 +170,10 @@ def test_training_counts_inputs_and_targets_in_data_files_json_and_resumes(asq_f
   assert truncation.line(TASK, expected) in printed and LINE in printed  # training's, then its evaluation's
   eval_line = json.loads((model_dir / run_dir.EVAL_METRICS).read_text().splitlines()[0])
   assert eval_line["truncation"] == {TASK: EXPECTED}
+  monkeypatch.setattr(data, "count_truncation", lambda *args: pytest.fail("a resume counted again"))
   assert _train(model_dir, 2).step == 2
+  assert json.loads((model_dir / run_dir.DATA_FILES).read_text())["truncation"] == {TASK: expected}
+  assert truncation.line(TASK, expected) in capsys.readouterr().out.splitlines()  # said again
 
 
 def test_a_reward_objective_counts_candidates_and_the_count_leaves_the_batches_as_they_were(asq_file):
