@@ -27,6 +27,8 @@ import urllib.request
 from absl import app
 from absl import flags
 
+from scripts import parent_death
+
 _FOLDER = flags.DEFINE_string("folder", "runs/bucket", "Where the emulator keeps its objects (and server.log).")
 _BUCKETS = flags.DEFINE_multi_string("bucket", ["runs"], "Buckets to create (one flag each).")
 _PORT = flags.DEFINE_integer("port", 4443, "The port to serve on; 0 takes a free one.")
@@ -86,7 +88,7 @@ def start(root, buckets=("runs",), port: int = 0) -> Emulator:
         [str(wrapper._get_binary_path()), "-scheme", "http", "-backend", "filesystem",  # pylint: disable=protected-access
          "-filesystem-root", os.path.join(root, "objects"), "-host", "127.0.0.1", "-port", str(port),
          "-external-url", url, "-public-host", f"127.0.0.1:{port}", "-log-level", "error"],
-        stdout=log, stderr=log)
+        stdout=log, stderr=log, preexec_fn=parent_death.ends_with_this_process())
   emulator = Emulator(process, url)
   deadline = time.monotonic() + 30
   while True:

@@ -33,6 +33,7 @@ from absl import app
 from absl import flags
 
 from runner import lost_host
+from scripts import parent_death
 
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", 2, "Processes to start.", lower_bound=1)
 _DEVICES = flags.DEFINE_integer("devices_per_process", None,
@@ -112,7 +113,8 @@ def launch(command: list[str], count: int, devices: int | None = None, grace: fl
   for index in range(count):
     process = subprocess.Popen([sys.executable, *command], cwd=folders[index],
                                env=process_env(index, count, port, devices, heartbeat, folders[index]),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=parent_death.ends_with_this_process())
     processes.append(process)
     for stream, out in ((process.stdout, sys.stdout), (process.stderr, sys.stderr)):
       relay = threading.Thread(target=_relay, args=(stream, f"[{index}] ", out, lock), daemon=True)
