@@ -1,4 +1,5 @@
-"""Export this project's parameters as a Hugging Face T5 directory: config.json + model.safetensors.
+"""Export this project's parameters as a Hugging Face T5 directory: config.json + model.safetensors
+(+ the tokenizer's files, `hf_tokenizer_files`).
 
 The tensor names are `checkpoint_import.hf_tensor_names`, each filled from the parameter that
 `checkpoint_import.hf_name_to_path` maps it to (the one mapping, read backwards): a

@@ -66,22 +66,31 @@ def shown(vocabulary: dict | None) -> str:
   return f"{vocabulary['kind']} ({ids})"
 
 
-def write(directory: str, vocabulary: dict | None, task_feature_lengths=None,
-          model_file: str = SENTENCEPIECE_MODEL) -> str:
-  """Records `vocabulary` (a `describe_vocabulary` or `read` dict, None: unknown) and the feature
-  lengths in `directory`, copying a SentencePiece model beside the record as `model_file`;
-  returns the record's path."""
+def record_text(vocabulary: dict | None, task_feature_lengths=None, model_file: str = SENTENCEPIECE_MODEL) -> str:
+  """The record's JSON for `vocabulary` (a `describe_vocabulary` or `read` dict, None: unknown) and
+  the feature lengths, a SentencePiece model named as `model_file` beside it."""
   record = {"vocabulary": None if vocabulary is None else dict(vocabulary),
             "task_feature_lengths": None if task_feature_lengths is None else dict(task_feature_lengths)}
   if vocabulary is not None and vocabulary["kind"] == "sentencepiece":
     record["vocabulary"].pop("model_path", None)
-    original = vocabulary.get("model_path") or vocabulary["source"]
-    copy = storage.join(directory, model_file)
-    if storage.absolute(original) != storage.absolute(copy):
-      storage.write_bytes(copy, storage.read_bytes(original))
     record["vocabulary"]["model_file"] = model_file
+  return json.dumps(record, indent=2, sort_keys=True) + "\n"
+
+
+def model_bytes(vocabulary: dict) -> bytes:
+  """The SentencePiece model a recorded or described vocabulary reads."""
+  return storage.read_bytes(vocabulary.get("model_path") or vocabulary["source"])
+
+
+def write(directory: str, vocabulary: dict | None, task_feature_lengths=None) -> str:
+  """Records `vocabulary` and the feature lengths in `directory` (`record_text`), copying a
+  SentencePiece model beside the record; returns the record's path."""
+  if vocabulary is not None and vocabulary["kind"] == "sentencepiece":
+    copy = storage.join(directory, SENTENCEPIECE_MODEL)
+    if storage.absolute(vocabulary.get("model_path") or vocabulary["source"]) != storage.absolute(copy):
+      storage.write_bytes(copy, model_bytes(vocabulary))
   path = storage.join(directory, RECORD)
-  storage.write_text(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+  storage.write_text(path, record_text(vocabulary, task_feature_lengths))
   return path
 
 

@@ -14,7 +14,9 @@ no architecture: `--gin_file` names the model's gin file, which binds MODEL_CONF
 
 `--checkpoint` (anything `runner.checkpoints.load_params` reads) with `--to_hf DIR` writes a
 Hugging Face T5 directory (`models.checkpoint_export`): config.json and model.safetensors, float32,
-plus reward_head.safetensors and its note for a reward model.
+plus reward_head.safetensors and its note for a reward model, and the tokenizer of the vocabulary
+the checkpoint recorded (`runner.model_inputs`) with the record itself. Importing records the
+vocabulary too: a Hugging Face directory's spiece.model, or `--sentencepiece_model`.
 
 Every directory may be local or in a bucket (`gs://...`): a bucket path stays one (`storage`).
 
@@ -80,12 +82,10 @@ def export_hf(checkpoint: str, hf_dir: str,
   vocabulary = recorded and recorded["vocabulary"]
   extra_files = {}
   if vocabulary and vocabulary["kind"] in ("sentencepiece", "bytes"):
-    model = storage.read_bytes(vocabulary["model_path"]) if vocabulary["kind"] == "sentencepiece" else None
+    model = model_inputs.model_bytes(vocabulary) if vocabulary["kind"] == "sentencepiece" else None
     extra_files = checkpoint_export.hf_tokenizer_files(vocabulary, model)
-    record = {"vocabulary": {**{k: v for k, v in vocabulary.items() if k != "model_path"},
-                             **({"model_file": checkpoint_export.SENTENCEPIECE_MODEL} if model else {})},
-              "task_feature_lengths": recorded["task_feature_lengths"]}
-    extra_files[model_inputs.RECORD] = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+    extra_files[model_inputs.RECORD] = model_inputs.record_text(
+        vocabulary, recorded["task_feature_lengths"], checkpoint_export.SENTENCEPIECE_MODEL).encode()
   else:
     print(f"no tokenizer written: {checkpoint} records no vocabulary this export can describe "
           f"({model_inputs.shown(vocabulary)})", flush=True)
