@@ -65,13 +65,13 @@ def _initial_params(config, objective: trainer.Objective, initial_checkpoint_pat
 
 
 def _initialise_or_restore(manager, config, goal, optimizer, initial_checkpoint_path, seed,
-                           partitioner: partitioning.Partitioner):
+                           partitioner: partitioning.Partitioner, vocabulary: dict | None = None):
   """(step, params, opt_state, (params shardings, optimizer state shardings)) to start from.
 
   The latest checkpoint in `manager` that reads (a damaged later one is reported and passed over;
   when none reads, its CheckpointDamagedError stops the run rather than start it afresh), else
-  INITIAL_CHECKPOINT_PATH's or random parameters. Shardings come first, so that no array is ever
-  whole on one device.
+  INITIAL_CHECKPOINT_PATH's (refused when it recorded another `vocabulary` than the tasks') or
+  random parameters. Shardings come first, so that no array is ever whole on one device.
   """
   random_init = functools.partial(_initial_params, config, goal, None, seed)
   abstract_params = jax.eval_shape(random_init)
@@ -91,6 +91,8 @@ def _initialise_or_restore(manager, config, goal, optimizer, initial_checkpoint_
     step, params, opt_state, _ = restored  # the data position is the step: one batch per step
     return step, params, opt_state, shardings
   if initial_checkpoint_path:
+    model_inputs.check_vocabulary(model_inputs.read(initial_checkpoint_path), vocabulary,
+                                  f"INITIAL_CHECKPOINT_PATH {initial_checkpoint_path}")
     params = jax.device_put(_initial_params(config, goal, initial_checkpoint_path, seed, partitioner),
                             params_shardings)
   else:  # created in place, shard by shard: a large model never sits whole on one device
@@ -186,14 +188,6 @@ def _vocabulary_size(tasks) -> int | None:
   """The most ids any output feature of the training tasks' vocabularies has (None: no tasks)."""
   sizes = [feature.vocabulary.vocab_size for task in tasks for feature in task.output_features.values()]
   return max(sizes, default=None)
-
-
-def _check_vocabulary(model_dir, initial_checkpoint_path, vocabulary: dict | None) -> None:
-  """Refuses a vocabulary other than the one the run (resumed) or its initial checkpoint recorded."""
-  model_inputs.check_vocabulary(model_inputs.read(model_dir), vocabulary, f"MODEL_DIR {model_dir}")
-  if initial_checkpoint_path:
-    model_inputs.check_vocabulary(model_inputs.read(initial_checkpoint_path), vocabulary,
-                                  f"INITIAL_CHECKPOINT_PATH {initial_checkpoint_path}")
 
 
 def _check_data_record(model_dir, record: dict) -> dict:
@@ -293,7 +287,7 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
                  checkpoint_every=checkpoint.every, keep_checkpoints=checkpoint.keep, log_every=training.log_every)
   checkpoints.check_run_model(model_dir, model_config)
   vocabulary = model_inputs.tasks_vocabulary(tasks)
-  _check_vocabulary(model_dir, checkpoint.initial_checkpoint_path, vocabulary)
+  model_inputs.check_vocabulary(model_inputs.read(model_dir), vocabulary, f"MODEL_DIR {model_dir}")
   if training.optimizer is None:
     training = dataclasses.replace(training, optimizer=trainer.make_optimizer())
   optimizer = training.optimizer
@@ -316,7 +310,8 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
 
   manager = checkpoints.checkpoint_manager(model_dir, checkpoint.keep)
   step, params, opt_state, shardings = _initialise_or_restore(
-      manager, model_config, goal, optimizer, checkpoint.initial_checkpoint_path, training.seed, partitioner)
+      manager, model_config, goal, optimizer, checkpoint.initial_checkpoint_path, training.seed, partitioner,
+      vocabulary)
   # Written once the run is known to start: a refused resume leaves the run's records as they were.
   if jax.process_index() == 0:  # evaluation and inference read the architecture from here
     checkpoints.write_model_config(model_dir, model_config)

@@ -43,13 +43,17 @@ def follow(checkpoint_path: str | None, what: str, default_lengths: dict | None 
   """Binds the vocabulary and feature lengths `checkpoint_path` recorded where none are bound,
   printing a line for each it takes; returns the record (None: nothing recorded). Lengths left
   None that the checkpoint does not record (an imported one) are `default_lengths`, said in a line."""
-  recorded = model_inputs.read(checkpoint_path) if checkpoint_path else None
+  open_vocabulary = not _bound(VOCABULARY_PARAMETER)
+  open_lengths = _bound(f"%{LENGTHS_MACRO}") and macro_value(LENGTHS_MACRO) is None
+  # Read only when something is open: a bucket's record costs requests (and a host without its
+  # network, timeouts).
+  recorded = model_inputs.read(checkpoint_path) if checkpoint_path and (open_vocabulary or open_lengths) else None
   vocabulary = recorded and recorded["vocabulary"]
-  if vocabulary and vocabulary["kind"] in ("sentencepiece", "bytes") and not _bound(VOCABULARY_PARAMETER):
+  if vocabulary and vocabulary["kind"] in ("sentencepiece", "bytes") and open_vocabulary:
     model_path = vocabulary.get("model_path")
     _bind(f"{VOCABULARY_PARAMETER} = {model_path!r}")
     print(f"vocabulary: {model_inputs.shown(vocabulary)}, as {what} recorded ({recorded['path']})", flush=True)
-  if _bound(f"%{LENGTHS_MACRO}") and macro_value(LENGTHS_MACRO) is None:
+  if open_lengths:
     lengths = recorded and recorded["task_feature_lengths"]
     if lengths:
       said = f"as {what} recorded ({recorded['path']})"

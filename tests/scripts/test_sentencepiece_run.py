@@ -95,7 +95,12 @@ def test_binding_bytes_to_the_run_is_refused_in_one_line(run, tmp_path):
   training = _run("scripts.train", "--gin_file=gin/runs/finetune.gin", "--gin_file=gin/quickstart.gin",
                   f"--gin.MODEL_DIR='{model_dir}'", "--gin.TRAIN_STEPS=4", f"--gin.MIXTURE_OR_TASK_NAME='{TASK}'",
                   f"--gin.TASK_FEATURE_LENGTHS={LENGTHS!r}", f"--gin.{VOCABULARY}=None")
-  for result, what in ((evaluation, "CHECKPOINT_PATH"), (training, "MODEL_DIR")):
+  fine_tuning = _run("scripts.train", "--gin_file=gin/runs/finetune.gin", "--gin_file=gin/quickstart.gin",
+                     f"--gin.MODEL_DIR='{tmp_path / 'fine_tuned'}'", "--gin.TRAIN_STEPS=2",
+                     f"--gin.MIXTURE_OR_TASK_NAME='{TASK}'", f"--gin.INITIAL_CHECKPOINT_PATH='{model_dir}'",
+                     f"--gin.{VOCABULARY}=None")
+  for result, what in ((evaluation, "CHECKPOINT_PATH"), (training, "MODEL_DIR"),
+                       (fine_tuning, "INITIAL_CHECKPOINT_PATH")):
     assert result.returncode == 1, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -103,6 +108,7 @@ def test_binding_bytes_to_the_run_is_refused_in_one_line(run, tmp_path):
                                 "was trained with, SentencePiece sha256 "), errors[0]
   assert not (tmp_path / "eval" / "predictions.jsonl").exists()
   assert sorted(p.name for p in (model_dir / "checkpoints").iterdir()) == ["2"]  # nothing trained
+  assert not (tmp_path / "fine_tuned" / "model_inputs.json").exists()  # nor any record written
 
 
 def test_serving_the_checkpoint_generates_at_the_runs_lengths_with_its_vocabulary(run, tmp_path):
