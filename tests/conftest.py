@@ -16,10 +16,12 @@ import os
 import pathlib
 import shutil
 import tempfile
+import uuid
 
 import pytest
 
 import scripts  # pylint: disable=unused-import  # its collector thresholds, for the workers too
+from tests.helpers import leftovers
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
@@ -51,6 +53,8 @@ def pytest_configure(config):
   # for the busy one (1,000 tiny torch Linear calls: 2.6 s on a loaded machine, 0.05 s with one
   # thread). The Hugging Face references compute the same with one.
   os.environ.setdefault("OMP_NUM_THREADS", "1")
+  if not hasattr(config, "workerinput"):  # every worker and subprocess inherits this run's own marker
+    os.environ[leftovers.TEST_SESSION_VARIABLE] = uuid.uuid4().hex
   if hasattr(config, "workerinput") or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     return
   config.jax_cache_dir = tempfile.mkdtemp(prefix="jax_compilation_cache_")
@@ -93,6 +97,16 @@ def pytest_collection_modifyitems(config, items):
     module = item.nodeid.split("::")[0]
     return LONGEST_MODULES.index(module) if module in LONGEST_MODULES else len(LONGEST_MODULES)
   items.sort(key=rank)  # stable: the rest keep their order
+
+
+def pytest_sessionfinish(session, exitstatus):
+  """In the controlling process, once the workers have ended: a process the suite started that
+  still runs (its environment holds this run's marker) is named, ended, and fails the run."""
+  del exitstatus
+  if hasattr(session.config, "workerinput"):
+    return
+  if leftovers.main(os.environ[leftovers.TEST_SESSION_VARIABLE]):
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config):

@@ -1,8 +1,6 @@
 """After the suite: the processes it started that are still running (each inherits the marker
-`make test` puts in the environment, TEST_SESSION_VARIABLE), named with their command lines and
-ended; exit 1 when there were any.
-
-  python -m tests.helpers.leftovers MARKER
+tests/conftest.py puts in the environment, TEST_SESSION_VARIABLE), named with their command lines
+and ended (`main`, which pytest_sessionfinish calls; also `python -m tests.helpers.leftovers MARKER`).
 """
 import os
 import signal
