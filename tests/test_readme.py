@@ -199,8 +199,8 @@ class Workspace:
     self._emulator, self._emulator_lock = None, threading.Lock()
 
   def emulator(self):
-    """The local Cloud Storage emulator the README's bucket rehearsal talks to, started once (on a
-    free port: the README's 4443 may be taken on a shared machine)."""
+    """The local Cloud Storage emulator the docs' bucket rehearsal talks to, started once (on a free
+    port, as the docs' command starts it)."""
     from scripts import gcs_emulator  # pylint: disable=g-import-not-at-top
     with self._emulator_lock:
       if self._emulator is None:
@@ -315,14 +315,16 @@ def readme_command(prefix: str) -> str:
 # --- what runs -----------------------------------------------------------------------------------
 
 
-def run_with_tiny_settings(ws: Workspace, command: str) -> subprocess.CompletedProcess:
-  """The command localised, training TINY_STEPS steps, training and evaluating at quickstart shapes."""
+def run_with_tiny_settings(ws: Workspace, command: str, shell_first: str = "") -> subprocess.CompletedProcess:
+  """The command localised, training TINY_STEPS steps, training and evaluating at quickstart shapes
+  (in a shell that first runs the line `shell_first`, where given)."""
   extra = []
   if " scripts.train" in command:
     extra.append(f"--gin.TRAIN_STEPS={TINY_STEPS}")
   if " scripts.train" in command or " scripts.evaluate" in command:
     extra += QUICKSTART_SHAPES
-  return ws.run(ws.localise(command) + "".join(f" {shlex.quote(arg)}" for arg in extra))
+  command = ws.localise(command) + "".join(f" {shlex.quote(arg)}" for arg in extra)
+  return ws.run(f"{shell_first}\n{command}" if shell_first else command)
 
 
 def run_as_is(ws: Workspace, command: str) -> subprocess.CompletedProcess:
@@ -852,14 +854,12 @@ def check_preflight(ws: Workspace, command: str, result) -> None:
   assert re.search(r"fits in 16\.00 GiB per device \(\d+% of it\)", fitting.stdout), fitting.stdout[-3000:]
 
 
-README_EMULATOR = "http://127.0.0.1:4443"
-
-
 def run_emulator(ws: Workspace, command: str):
-  """The README's emulator command on a free port, until it has printed its two lines and its bucket
-  answers; then stopped as a user stops it (the objects' folder is the README's, in the copy)."""
+  """The docs' emulator command as is (a free port), until it has printed its two lines and its
+  bucket answers at the URL of the first; then stopped as a user stops it (the objects' folder is the
+  docs', in the copy)."""
   import urllib.request  # pylint: disable=g-import-not-at-top
-  process = subprocess.Popen(["bash", "-c", f"exec {ws.localise(command)} --port=0"], cwd=ws.root, env=ws.env,
+  process = subprocess.Popen(["bash", "-c", f"exec {ws.localise(command)}"], cwd=ws.root, env=ws.env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   try:
     lines = [process.stdout.readline(), process.stdout.readline()]
@@ -874,15 +874,16 @@ def run_emulator(ws: Workspace, command: str):
 
 def check_emulator(ws: Workspace, command: str, result) -> None:
   lines, buckets, code, err = result
-  assert re.fullmatch(r"STORAGE_EMULATOR_HOST=http://127\.0\.0\.1:\d+\n", lines[0]), (lines, err)
+  assert re.fullmatch(r"export STORAGE_EMULATOR_HOST=http://127\.0\.0\.1:\d+\n", lines[0]), (lines, err)
   assert lines[1].startswith("serving gs://runs from ") and buckets == ["runs"], (lines, buckets, err)
   assert code == 0 and "Traceback" not in err, err[-2000:]
   assert (ws.root / "runs" / "bucket" / "server.log").is_file()
 
 
 def run_in_emulator(ws: Workspace, command: str) -> subprocess.CompletedProcess:
-  """A README command that names the emulator, with tiny settings, on the workspace's emulator."""
-  return run_with_tiny_settings(ws, command.replace(README_EMULATOR, ws.emulator().url))
+  """A command of the docs' bucket rehearsal, with tiny settings, in a shell that first ran the line
+  the workspace's emulator prints (as the docs say to)."""
+  return run_with_tiny_settings(ws, command, shell_first=ws.emulator().export_line)
 
 
 def check_bucket_rehearsal(ws: Workspace, command: str, result) -> None:
@@ -969,8 +970,9 @@ CASES = [
          check_preflight, run=run_preflight),
     Case("python -m scripts.launch_local", "in tests/runner/test_multi_process.py (2 processes, interrupted "
          "and resumed)", check_local_pod),
-    Case("python -m scripts.gcs_emulator", "on a free port, then stopped", check_emulator, run=run_emulator),
-    Case("STORAGE_EMULATOR_HOST=", "tiny steps, 2 processes in their own folders, on the workspace's emulator",
+    Case("python -m scripts.gcs_emulator", "as is (a free port), then stopped", check_emulator, run=run_emulator),
+    Case("python -m scripts.launch_local --num_processes=2 --devices_per_process=2 --process_dirs=runs/hosts",
+         "tiny steps, 2 processes in their own folders, after the export line of the workspace's emulator",
          check_bucket_rehearsal, run=run_in_emulator),
 ]
 
