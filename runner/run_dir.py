@@ -13,6 +13,7 @@ prefixes (`gs://...`); each path below is built with `storage.join`, so a bucket
     sentencepiece.model (when the run's vocabulary is one)
     data_files.json
     eval_metrics.jsonl
+    lease.json (while a training runs: runner/lease.py)
 """
 import dataclasses
 
@@ -29,6 +30,7 @@ DATA_FILES = "data_files.json"  # what each training task read
 MODEL_INPUTS = "model_inputs.json"  # the vocabulary and feature lengths (runner/model_inputs.py)
 SENTENCEPIECE_MODEL = "sentencepiece.model"  # the run's own copy of its SentencePiece model
 EVAL_METRICS = "eval_metrics.jsonl"  # one line per evaluation during training
+LEASE = "lease.json"  # the training that writes the run now (runner/lease.py)
 EVAL = "eval"  # an evaluation's folder inside what it evaluates (eval_dir)
 # EVAL_OUTPUT_DIR's names.
 PREDICTIONS = "predictions.jsonl"
@@ -57,6 +59,7 @@ class RunDir(_Directory):
   data_files = property(lambda self: self.at(DATA_FILES))
   model_inputs = property(lambda self: self.at(MODEL_INPUTS))
   eval_metrics = property(lambda self: self.at(EVAL_METRICS))
+  lease = property(lambda self: self.at(LEASE))
 
 
 def eval_dir(checkpoint_path: str) -> str:

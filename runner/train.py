@@ -26,6 +26,7 @@ from runner import checkpoints
 from runner import configs
 from runner import data
 from runner import host_memory
+from runner import lease as lease_lib
 from runner import model_inputs
 from runner import outputs
 from runner import partitioning
@@ -210,6 +211,13 @@ def _check_data_record(model_dir, record: dict) -> dict:
   return recorded
 
 
+def _remove_empty(folders) -> None:
+  """Deletes each local folder of `folders` that holds nothing (a bucket has no empty folders)."""
+  for folder in folders:
+    if not storage.is_bucket(folder) and storage.is_dir(folder) and not storage.list_names(folder):
+      storage.remove_tree(folder)
+
+
 def _log_interval(log_every: int, train_steps: int) -> int:
   """Steps between progress lines: LOG_EVERY, or a tenth of a shorter run (a report every 10%)."""
   return max(1, min(log_every, train_steps // 10))
@@ -269,6 +277,8 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
     raise ValueError(f"normalize_reward_task needs a reward model (OBJECTIVE 'pairwise' or 'listwise'), "
                      f"not {training.objective!r}")
   storage.check_reachable(model_dir, "MODEL_DIR")
+  if storage.is_file(model_dir):
+    raise ValueError(f"MODEL_DIR {model_dir} is a file: name a folder (a new one, or a run's to resume)")
   partitioner.initialize()
   host_memory.reuse_freed_memory()
   if training.normalize_reward_task is not None and jax.process_count() > 1:
@@ -288,129 +298,142 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
   checkpoints.check_run_model(model_dir, model_config)
   vocabulary = model_inputs.tasks_vocabulary(tasks)
   model_inputs.check_vocabulary(model_inputs.read(model_dir), vocabulary, f"MODEL_DIR {model_dir}")
-  if training.optimizer is None:
-    training = dataclasses.replace(training, optimizer=trainer.make_optimizer())
-  optimizer = training.optimizer
-  _print_preflight(model_config, dataset, training, partitioner)
-  if from_tasks:
-    _print_mixture(dataset.mixture_or_task_name, dataset.split)
-    data.require_examples(tasks, dataset.split)
-    data_record = _data_record(dataset.mixture_or_task_name, dataset.split, tasks)
-    recorded = _check_data_record(model_dir, data_record)
-    # What the feature lengths cut of each task, printed and kept in data_files.json (issue 48).
-    data_record["truncation"] = data.training_truncation(tasks, dataset, candidates=goal.candidates,
-                                                         recorded=recorded.get("truncation"))
-  if training.normalize_reward_task is not None:  # its references are read after the last step: check them before the first
-    data.require_examples(data.tasks_with_split(training.normalize_reward_task, training.normalize_reward_split),
-                          training.normalize_reward_split)
-  if training.compilation_cache_dir:
-    jax.config.update("jax_compilation_cache_dir", training.compilation_cache_dir)
-  evaluator = training_evaluation.make(evaluation, goal=goal, model_config=model_config, train_dataset=dataset,
-                                       partitioner=partitioner, model_dir=model_dir)
-
-  manager = checkpoints.checkpoint_manager(model_dir, checkpoint.keep)
-  step, params, opt_state, shardings = _initialise_or_restore(
-      manager, model_config, goal, optimizer, checkpoint.initial_checkpoint_path, training.seed, partitioner,
-      vocabulary)
-  # Written once the run is known to start: a refused resume leaves the run's records as they were.
-  if jax.process_index() == 0:  # evaluation and inference read the architecture from here
-    checkpoints.write_model_config(model_dir, model_config)
-    model_inputs.write(model_dir, vocabulary, dataset.task_feature_lengths)
-    if run_config is not None:
-      outputs.write_run_config(model_dir, run_config)
+  # Held from here to the end: a second training into MODEL_DIR stops here, in one line.
+  layout = run_dir.RunDir(model_dir)
+  created = [path for path in (model_dir, layout.checkpoints) if not storage.exists(path)]
+  lease = lease_lib.acquire(model_dir)
+  try:
+    if training.optimizer is None:
+      training = dataclasses.replace(training, optimizer=trainer.make_optimizer())
+    optimizer = training.optimizer
+    _print_preflight(model_config, dataset, training, partitioner)
     if from_tasks:
-      storage.write_text(run_dir.RunDir(model_dir).data_files, json.dumps(data_record, indent=2) + "\n")
-  if step:
-    print(f"resuming from the checkpoint of step {step} in {model_dir}", flush=True)
-  if evaluator is not None:
-    evaluator.resume(step)
+      _print_mixture(dataset.mixture_or_task_name, dataset.split)
+      data.require_examples(tasks, dataset.split)
+      data_record = _data_record(dataset.mixture_or_task_name, dataset.split, tasks)
+      recorded = _check_data_record(model_dir, data_record)
+      # What the feature lengths cut of each task, printed and kept in data_files.json (issue 48).
+      data_record["truncation"] = data.training_truncation(tasks, dataset, candidates=goal.candidates,
+                                                           recorded=recorded.get("truncation"))
+    if training.normalize_reward_task is not None:  # its references are read after the last step: check them before the first
+      data.require_examples(data.tasks_with_split(training.normalize_reward_task, training.normalize_reward_split),
+                            training.normalize_reward_split)
+    if training.compilation_cache_dir:
+      jax.config.update("jax_compilation_cache_dir", training.compilation_cache_dir)
+    evaluator = training_evaluation.make(evaluation, goal=goal, model_config=model_config, train_dataset=dataset,
+                                         partitioner=partitioner, model_dir=model_dir)
 
-  train_step = trainer.make_train_step(model_config, optimizer, partitioner, *shardings,
-                                       objective=training.objective, accumulation_steps=training.accumulation_steps,
-                                       z_loss=training.z_loss, dropout_seed=training.seed)
-  if not from_tasks:
-    batches = train_dataset(step)
-  else:  # one batch per step (accumulation splits it), so the data position is the step
-    batches = data.train_batches(dataset.mixture_or_task_name, dataset.task_feature_lengths, dataset.batch_size,
-                                 candidates=goal.candidates, split=dataset.split, seed=dataset.seed,
-                                 start_step=step, use_cached=dataset.use_cached)
-  writer = _metric_writer(model_dir)
-  # MFU on the progress line where the devices' peak is published (none on a CPU); candidate batches'
-  # decoder rows vary with each item's candidates, so those objectives print none.
-  lengths = dataset.task_feature_lengths
-  peak = flops.peak_flops_per_second([device.device_kind for device in jax.devices()])
-  step_flops = (flops.training_flops(model_config, dataset.batch_size, lengths["inputs"], lengths["targets"])
-                if peak and lengths and not goal.candidates else None)
-  train_steps = training.steps
-  progress = Progress("step", train_steps, "steps", flops_per_unit=step_flops, peak_flops=peak)
-  progress.done = step
-  pending, last_metrics, preempted, saved_step = [], {}, False, step
-  log_interval = _log_interval(training.log_every, train_steps)
-  def check_finite():
-    """Raises on a non-finite loss, gradient or parameter norm among the steps not yet checked."""
-    for pending_step, metrics in jax.device_get(pending):
-      norms = {name: float(metrics[name]) for name in ("loss", "grad_norm", "param_norm")}
-      if not all(map(math.isfinite, norms.values())):
-        checkpoints.finish(manager)
-        raise NonFiniteLossError(
-            f"loss {norms['loss']}, gradient norm {norms['grad_norm']}, parameter norm {norms['param_norm']} "
-            f"at step {pending_step}; stopped without saving: the last good checkpoint is step "
-            f"{manager.latest_step()} in {model_dir}")
-    pending.clear()
+    manager = checkpoints.checkpoint_manager(model_dir, checkpoint.keep)
+    step, params, opt_state, shardings = _initialise_or_restore(
+        manager, model_config, goal, optimizer, checkpoint.initial_checkpoint_path, training.seed, partitioner,
+        vocabulary)
+    # Written once the run is known to start: a refused resume leaves the run's records as they were.
+    if jax.process_index() == 0:  # evaluation and inference read the architecture from here
+      checkpoints.write_model_config(model_dir, model_config)
+      model_inputs.write(model_dir, vocabulary, dataset.task_feature_lengths)
+      if run_config is not None:
+        outputs.write_run_config(model_dir, run_config)
+      if from_tasks:
+        storage.write_text(run_dir.RunDir(model_dir).data_files, json.dumps(data_record, indent=2) + "\n")
+    if step:
+      print(f"resuming from the checkpoint of step {step} in {model_dir}", flush=True)
+    if evaluator is not None:
+      evaluator.resume(step)
 
-  def log(metrics):
-    check_finite()
-    values = {name: float(value) for name, value in jax.device_get(metrics).items()}
-    rates = progress.report(f"loss {values['loss']:.4f}")
+    train_step = trainer.make_train_step(model_config, optimizer, partitioner, *shardings,
+                                         objective=training.objective, accumulation_steps=training.accumulation_steps,
+                                         z_loss=training.z_loss, dropout_seed=training.seed)
+    if not from_tasks:
+      batches = train_dataset(step)
+    else:  # one batch per step (accumulation splits it), so the data position is the step
+      batches = data.train_batches(dataset.mixture_or_task_name, dataset.task_feature_lengths, dataset.batch_size,
+                                   candidates=goal.candidates, split=dataset.split, seed=dataset.seed,
+                                   start_step=step, use_cached=dataset.use_cached)
+    writer = _metric_writer(model_dir)
+    # MFU on the progress line where the devices' peak is published (none on a CPU); candidate batches'
+    # decoder rows vary with each item's candidates, so those objectives print none.
+    lengths = dataset.task_feature_lengths
+    peak = flops.peak_flops_per_second([device.device_kind for device in jax.devices()])
+    step_flops = (flops.training_flops(model_config, dataset.batch_size, lengths["inputs"], lengths["targets"])
+                  if peak and lengths and not goal.candidates else None)
+    train_steps = training.steps
+    progress = Progress("step", train_steps, "steps", flops_per_unit=step_flops, peak_flops=peak)
+    progress.done = step
+    pending, last_metrics, preempted, saved_step = [], {}, False, step
+    log_interval = _log_interval(training.log_every, train_steps)
+    def check_finite():
+      """Raises on a non-finite loss, gradient or parameter norm among the steps not yet checked."""
+      for pending_step, metrics in jax.device_get(pending):
+        norms = {name: float(metrics[name]) for name in ("loss", "grad_norm", "param_norm")}
+        if not all(map(math.isfinite, norms.values())):
+          checkpoints.finish(manager)
+          last_good = manager.latest_step()
+          raise NonFiniteLossError(
+              f"loss {norms['loss']}, gradient norm {norms['grad_norm']}, parameter norm {norms['param_norm']} "
+              f"at step {pending_step}; stopped without saving: "
+              + (f"the last good checkpoint is step {last_good} in {model_dir}" if last_good is not None
+                 else f"no checkpoint was saved before it in {model_dir}"))
+      pending.clear()
+
+    def log(metrics):
+      check_finite()
+      values = {name: float(value) for name, value in jax.device_get(metrics).items()}
+      rates = progress.report(f"loss {values['loss']:.4f}")
+      if writer is not None:
+        writer.write_scalars(step, {**values, **rates})
+      return {**values, **rates}
+
+    def evaluate_now():
+      check_finite()  # a diverged run stops here, not in a metric of NaN scores
+      evaluator(step, params, writer)
+
+    def save():
+      nonlocal saved_step
+      if step == saved_step:
+        return
+      check_finite()
+      lease_lib.check(lease)  # a run whose lease was taken over writes nothing more
+      if checkpoints.save(manager, step, params, opt_state, {"batches": step}):
+        saved_step = step
+
+    if evaluator is not None and step and step % evaluator.every == 0 and step not in evaluator.evaluated_steps:
+      evaluate_now()  # a run stopped by a signal at an evaluation step saved it unevaluated
+    # clu's periodic actions would do for these two, but clu.periodic_actions imports its TensorFlow
+    # summary writer, and the GPU machines have no TensorFlow.
+    with checkpoints.PreemptionGuard(manager) as guard:
+      while step < train_steps:
+        batch = next(batches)
+        params, opt_state, metrics = train_step(params, opt_state, partitioner.global_batch(batch), step)
+        pending.append((step, metrics))
+        step += 1
+        progress.advance(1, _real_tokens(batch))
+        if step % log_interval == 0 or step == train_steps:
+          last_metrics = log(metrics)
+        if guard.should_stop(step):
+          preempted = True
+          break
+        # Before the step's checkpoint: the best of a step is on disk before the latest one is.
+        if evaluator is not None and step % evaluator.every == 0:
+          evaluate_now()
+        if step % checkpoint.every == 0:
+          save()
+      if evaluator is not None and not preempted and step not in evaluator.evaluated_steps:
+        evaluate_now()  # the end of the run
+      save()
+    checkpoints.finish(manager)
     if writer is not None:
-      writer.write_scalars(step, {**values, **rates})
-    return {**values, **rates}
-
-  def evaluate_now():
-    check_finite()  # a diverged run stops here, not in a metric of NaN scores
-    evaluator(step, params, writer)
-
-  def save():
-    nonlocal saved_step
-    if step == saved_step:
-      return
-    check_finite()
-    if checkpoints.save(manager, step, params, opt_state, {"batches": step}):
-      saved_step = step
-
-  if evaluator is not None and step and step % evaluator.every == 0 and step not in evaluator.evaluated_steps:
-    evaluate_now()  # a run stopped by a signal at an evaluation step saved it unevaluated
-  # clu's periodic actions would do for these two, but clu.periodic_actions imports its TensorFlow
-  # summary writer, and the GPU machines have no TensorFlow.
-  with checkpoints.PreemptionGuard(manager) as guard:
-    while step < train_steps:
-      batch = next(batches)
-      params, opt_state, metrics = train_step(params, opt_state, partitioner.global_batch(batch), step)
-      pending.append((step, metrics))
-      step += 1
-      progress.advance(1, _real_tokens(batch))
-      if step % log_interval == 0 or step == train_steps:
-        last_metrics = log(metrics)
-      if guard.should_stop(step):
-        preempted = True
-        break
-      # Before the step's checkpoint: the best of a step is on disk before the latest one is.
-      if evaluator is not None and step % evaluator.every == 0:
-        evaluate_now()
-      if step % checkpoint.every == 0:
-        save()
-    if evaluator is not None and not preempted and step not in evaluator.evaluated_steps:
-      evaluate_now()  # the end of the run
-    save()
-  checkpoints.finish(manager)
-  if writer is not None:
-    writer.flush()
-  if training.normalize_reward_task is not None and not preempted:
-    with partitioner.activate():
-      reward_normalization.normalize(
-          model_config, params, source=model_dir,
-          output_dir=run_dir.RunDir(model_dir).normalized,
-          task_name=training.normalize_reward_task, split=training.normalize_reward_split,
-          feature_lengths=lengths, batch_size=dataset.batch_size)
-  return TrainResult(step=step, params=params, preempted=preempted, metrics=last_metrics,
-                     signal_number=guard.signal_number)
+      writer.flush()
+    if training.normalize_reward_task is not None and not preempted:
+      with partitioner.activate():
+        reward_normalization.normalize(
+            model_config, params, source=model_dir,
+            output_dir=run_dir.RunDir(model_dir).normalized,
+            task_name=training.normalize_reward_task, split=training.normalize_reward_split,
+            feature_lengths=lengths, batch_size=dataset.batch_size)
+    return TrainResult(step=step, params=params, preempted=preempted, metrics=last_metrics,
+                       signal_number=guard.signal_number)
+  finally:
+    if lease is not None:
+      lease.release()
+    if jax.process_index() == 0:
+      _remove_empty(reversed(created))  # a refused run leaves no empty folder of its own behind

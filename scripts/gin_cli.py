@@ -23,6 +23,7 @@ from absl import app
 from absl import flags
 
 from runner import checkpoints
+from runner import lease as lease_lib
 from runner import train as train_lib
 from scripts import console
 
@@ -346,10 +347,12 @@ def one_line_errors(main: Callable[[Sequence[str]], None]) -> Callable[[Sequence
     # as parse_gin words them, a configurable refusing a bound value); OSError: a path or the
     # machine (a missing file, permissions, a name too long, a full disk: storage names the file
     # it was writing); NonFiniteLossError: a run whose loss diverged (a LEARNING_RATE of 1e30),
-    # with its last good checkpoint. Anything else (a
+    # with its last good checkpoint; the lease errors: a MODEL_DIR another training holds (or took
+    # over from this one). Anything else (a
     # TypeError, a KeyError) is a bug to fix where it arises and keeps its traceback: the command
     # line's wrong kinds of values are refused before any configurable runs (check_macro_kinds).
-    except (ValueError, OSError, train_lib.NonFiniteLossError) as error:
+    except (ValueError, OSError, train_lib.NonFiniteLossError, lease_lib.RunDirectoryInUseError,
+            lease_lib.LeaseLostError) as error:
       print(f"error: {one_paragraph(error)}", file=sys.stderr, flush=True)
       sys.exit(1)
   return guarded
@@ -369,8 +372,8 @@ def one_paragraph(error: Exception) -> str:
 
 def run(main: Callable[[Sequence[str]], None], define_script_flags: Callable[[], None] | None = None) -> None:
   """A gin script's `__main__`: the gin flags (and the script's own), the --gin.NAME shorthand,
-  and `main` run with one_line_errors."""
+  and `main` run with one_line_errors by console.run (--help exits 0)."""
   define_flags()
   if define_script_flags is not None:
     define_script_flags()
-  app.run(one_line_errors(main), flags_parser=lambda argv: flags.FLAGS(rewrite_gin_args(argv)))
+  console.run(one_line_errors(main), rewrite_args=rewrite_gin_args)

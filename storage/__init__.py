@@ -222,9 +222,8 @@ def write_bytes(path, data: bytes) -> None:
     raise StorageError(f"{path}: {_DISK_FULL[error.errno]}") from error
 
 
-def _replace_local_file(path, data: bytes) -> None:
-  """A temporary file beside `path`, written and synced, then renamed over it; on any failure (a
-  full disk mid-write) the temporary file is removed and `path` is left as it was."""
+def _write_aside(path, data: bytes) -> str:
+  """A temporary file beside `path` holding `data`, written and synced (removed on any failure)."""
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
@@ -234,11 +233,43 @@ def _replace_local_file(path, data: bytes) -> None:
       f.write(data)
       f.flush()
       os.fsync(f.fileno())
+  except BaseException:
+    os.unlink(tmp)
+    raise
+  return tmp
+
+
+def _replace_local_file(path, data: bytes) -> None:
+  """`data` written aside, then renamed over `path`; on any failure (a full disk mid-write) the
+  temporary file is removed and `path` is left as it was."""
+  tmp = _write_aside(path, data)
+  try:
     os.replace(tmp, path)
   except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
+    os.unlink(tmp)
     raise
+
+
+def create_new(path, data: bytes) -> bool:
+  """Writes `data` to `path` only if nothing is there, in one step no other writer can split:
+  True when written, False when `path` already existed. A bucket asks the service to create the
+  object only if absent (GCS's `ifGenerationMatch=0` precondition); a local file is written aside
+  and hard-linked into place (a link fails when the name exists), so it is never seen half-written."""
+  if is_bucket(path):
+    with naming_failures(path):
+      try:
+        epath.backend.fsspec_backend.fs(os.fspath(path)).pipe_file(os.fspath(path), data, mode="create")
+      except FileExistsError:
+        return False
+    return True
+  tmp = _write_aside(path, data)
+  try:
+    os.link(tmp, path)
+    return True
+  except FileExistsError:
+    return False
+  finally:
+    os.unlink(tmp)
 
 
 def write_text(path, text: str) -> None:

@@ -111,10 +111,11 @@ def runs(compilation_cache, tmp_path_factory):
     for path, value in jax.tree_util.tree_flatten_with_path(jax.device_get(restored))[0]:
       np.testing.assert_array_equal(value, returned[jax.tree_util.keystr(path)])
     print("restored the returned parameters")
-    try:
-      run(directory / "nan", nan_from_update=4)
-    except train.NonFiniteLossError as error:
-      print("error:", error)
+    for name, nan_from_update in (("nan", 4), ("nan_at_once", 1)):
+      try:
+        run(directory / name, nan_from_update=nan_from_update)
+      except train.NonFiniteLossError as error:
+        print("error:", error)
   return directory, steps_after_kill, out.getvalue()
 
 
@@ -122,6 +123,9 @@ def test_killed_run_resumes_to_the_parameters_of_an_uninterrupted_run(runs):
   directory, steps_after_kill, out = runs
   assert steps_after_kill == [3]  # killed while fetching the batch of step 6
   assert out.count(f"result {STEPS} False") == 2
+  # The killed run's lease, left behind, names a process of this host that is gone: taken over at once.
+  assert f"taking over the lease of MODEL_DIR {directory / 'killed'} from host " in out, out
+  assert out.count("taking over the lease") == 1
   assert _steps(directory / "killed") == [3, 6, STEPS]
   assert _steps(directory / "uninterrupted") == [6, STEPS]  # keeps the last 2
   resumed, uninterrupted = _params(directory / "resumed.npz"), _params(directory / "uninterrupted.npz")
@@ -141,6 +145,13 @@ def test_non_finite_update_stops_with_the_last_good_checkpoint(runs):
   # The 5th update (step 4) uses a NaN learning rate: step 4's new parameters are NaN.
   assert "at step 4; stopped without saving: the last good checkpoint is step 3" in out, out
   assert _steps(directory / "nan") == [3]
+
+
+def test_a_run_diverged_before_its_first_checkpoint_says_none_was_saved(runs):
+  directory, _, out = runs
+  assert (f"at step 1; stopped without saving: no checkpoint was saved before it in {directory / 'nan_at_once'}"
+          in out), out
+  assert not (directory / "nan_at_once" / "checkpoints").exists()  # the empty folder the run made is gone
 
 
 def test_an_unknown_task_name_stops_before_the_model_dir_exists_and_names_close_ones(tmp_path):
@@ -261,3 +272,10 @@ def test_a_flipped_bit_in_a_checkpoint_file_is_found_and_the_run_resumes_from_th
   assert re.search(rf"checkpoint step {STEPS} in \S+ is unreadable \(\S+/{STEPS}/params: the values of 1 array\(s\) "
                    rf"differ from the checksums saved with the step \(\[.+\]\)\); resuming from step 6", out), out
   assert sorted(os.listdir(model_dir / "checkpoints")) == ["3", "6", "8", "8.damaged"]
+
+
+def test_a_run_refused_once_its_checkpoints_folder_exists_leaves_no_folder_behind(tmp_path):
+  from runner import configs  # pylint: disable=g-import-not-at-top
+  with pytest.raises(OSError, match="missing"):
+    _train_with(tmp_path / "run", configs.TrainingConfig(1), configs.CheckpointConfig(str(tmp_path / "missing")))
+  assert not (tmp_path / "run").exists()
