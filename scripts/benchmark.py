@@ -11,7 +11,8 @@ first, then runs are interleaved A B A B with the matmul probes that give each e
 Each ratio is also given as the min-max of its per-repetition values, with the load average before
 and after, and a WARNING line where that spread exceeds 20% of the median.
 MFU = analytic model FLOPs of one call (models/flops.py) / its median time / the median
-rate of the same engine's matmul probe, measured in the same case.
+rate of the same engine's matmul probe, measured in the same case (one over 100%: the ceiling
+measured low, flagged as not to be read).
 Without torch or transformers the Hugging Face contenders are skipped, with a printed reason,
 and the weights are a random initialisation of the config.
 """

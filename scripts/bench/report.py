@@ -11,6 +11,7 @@ import tempfile
 from scripts.bench.timing import Timing
 
 SPREAD_WARNING = 0.2  # (max - min) / median of the per-repetition values above which a number is not to be read
+MFU_ABOVE_CEILING = "ceiling measured low: an MFU over 100% cannot be read"
 
 
 def spread(values: list[float]) -> dict:
@@ -20,12 +21,19 @@ def spread(values: list[float]) -> dict:
               reps=list(values))
 
 
+def mfu_flag(mfu: float) -> str | None:
+  """What to say beside an MFU over 100%: the work outran the matmul ceiling measured in the same
+  run, so the probe caught the machine slow (a shared machine's load) and the figure means nothing."""
+  return MFU_ABOVE_CEILING if mfu > 1 else None
+
+
 def case_records(meta: dict, timings: dict[str, Timing], work: dict[str, dict], peaks: dict[str, float],
                  agreement: dict) -> list[dict]:
   """One record per implementation of one case.
 
   `work[impl]` holds `items` (what one run produces, in meta's unit), `flops` and `engine` ('jax' or
-  'torch'); MFU is against the matmul rate `peaks[engine]` measured alongside.
+  'torch'); MFU is against the matmul rate `peaks[engine]` measured alongside (`mfu_flag` says
+  where it cannot be read).
   """
   throughput = {impl: work[impl]["items"] / timings[impl].median_s for impl in work}
   rates = {impl: [work[impl]["items"] / t for t in timings[impl].times_s] for impl in work}
@@ -33,10 +41,11 @@ def case_records(meta: dict, timings: dict[str, Timing], work: dict[str, dict], 
   for impl, spec in work.items():
     timing = timings[impl]
     peak = peaks[spec["engine"]]
+    mfu = spec["flops"] / timing.median_s / peak
     records.append(dict(
         meta, impl=impl, engine=spec["engine"], throughput=throughput[impl], median_s=timing.median_s,
         times_s=timing.times_s, first_call_s=timing.first_call_s, compile_s=timing.compile_s,
-        flops=spec["flops"], peak_flops_per_s=peak, mfu=spec["flops"] / timing.median_s / peak,
+        flops=spec["flops"], peak_flops_per_s=peak, mfu=mfu, mfu_flag=mfu_flag(mfu),
         ratios={other: spread([a / b for a, b in zip(rates[impl], rates[other])]) for other in work if other != impl},
         agreement=agreement))
   return records
@@ -93,7 +102,8 @@ def table(records: list[dict]) -> str:
                  f"{'peak GF/s':>11}")
     for r in rows:
       lines.append(f"  {r['impl']:<18}{r['throughput']:>16.1f}{r['median_s']:>10.4f}{r['compile_s']:>11.2f}"
-                   f"{r['mfu']:>8.1%}{r['peak_flops_per_s'] / 1e9:>11.1f}")
+                   f"{r['mfu']:>8.1%}{r['peak_flops_per_s'] / 1e9:>11.1f}"
+                   + (f"  <- {r['mfu_flag']}" if r['mfu_flag'] else ""))
     for r in in_case:
       if "flops_per_s" in r:
         lines.append(f"  ceiling {r['impl']:<14} GFLOP/s {_range(r['flops_per_s'], 1e9, '.1f')}")

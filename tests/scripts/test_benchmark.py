@@ -156,6 +156,7 @@ def test_benchmark_end_to_end_on_tiny(quick_run):
       for impl, row in rows.items():
         assert row["throughput"] > 0 and row["median_s"] > 0 and len(row["times_s"]) == benchmark.QUICK_REPS
         assert row["mfu"] == pytest.approx(row["flops"] / row["median_s"] / row["peak_flops_per_s"])
+        assert row["mfu_flag"] == (bench_report.MFU_ABOVE_CEILING if row["mfu"] > 1 else None)
         assert set(row["ratios"]) == set(rows) - {impl}
         items = row["throughput"] * row["median_s"]
         for other, stats in row["ratios"].items():
@@ -196,6 +197,25 @@ def test_table_warns_exactly_where_the_spread_exceeds_a_fifth():
   lines = _blocks(bench_report.table(records))["s / k"]
   assert _printed(lines, "b vs c") == pytest.approx((1.0, 2 / 3, 2.0), rel=1e-3)
   assert _warned(lines, "s / k") == {"a vs c", "b vs c"}
+
+
+def test_an_mfu_over_100_percent_is_flagged_beside_it_and_in_the_json():
+  """The work outran the ceiling measured beside it (`make bench ... --quick` printed 120.0% unflagged):
+  the figure is printed with the flag, and the record says it; 100% and below are not flagged."""
+  assert bench_report.mfu_flag(1.2) == bench_report.MFU_ABOVE_CEILING == (
+      "ceiling measured low: an MFU over 100% cannot be read")
+  assert bench_report.mfu_flag(1.0) is None and bench_report.mfu_flag(0.3) is None
+  timings = {"fast": Timing(1.0, [1.0, 1.0, 1.0]), "slow": Timing(1.0, [1.0, 1.0, 1.0])}
+  work = {"fast": dict(items=1, engine="jax", flops=120e9), "slow": dict(items=1, engine="jax", flops=30e9)}
+  meta = dict(suite="s", case="k", shape={}, unit="items/s", load_start=0.5, load_end=0.7)
+  records = bench_report.case_records(meta, timings, work, {"jax": 100e9}, {"diff": 0.0})
+  assert [(r["mfu"], r["mfu_flag"]) for r in records] == [
+      (pytest.approx(1.2), bench_report.MFU_ABOVE_CEILING), (pytest.approx(0.3), None)]
+  assert json.loads(json.dumps(records[0]))["mfu_flag"] == bench_report.MFU_ABOVE_CEILING
+  lines = _blocks(bench_report.table(records))["s / k"]
+  rows = {line.split()[0]: line for line in lines if line.startswith(("  fast", "  slow"))}
+  assert rows["fast"].endswith(f"120.0%{100.0:>11.1f}  <- {bench_report.MFU_ABOVE_CEILING}"), rows["fast"]
+  assert rows["slow"].endswith(f"30.0%{100.0:>11.1f}"), rows["slow"]
 
 
 def test_import_suite_times_each_program_in_a_fresh_process(monkeypatch):
