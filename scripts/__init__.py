@@ -13,3 +13,9 @@ import gc
 
 gc.set_threshold(10_000)
 atexit.register(gc.freeze)
+
+from scripts import interpreter  # pylint: disable=g-import-not-at-top,g-bad-import-order
+
+# Every script's usage text (its docstring, under --help or a usage error) shows its examples with
+# the Python that runs it, where they are written `python -m ...`.
+interpreter.name_it_in_usage()

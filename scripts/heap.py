@@ -24,6 +24,7 @@ from absl import flags
 from runner import heap_benchmark as bench
 from scripts import evaluate as evaluate_script
 from scripts import gin_cli
+from scripts import interpreter
 from scripts import train as train_script
 import storage
 
@@ -105,7 +106,7 @@ def _command(script, files, bindings) -> str:
       return f"--gin.{name}={value}"
     # As the README writes them (--gin.MODEL_DIR="'runs/x'"), where double quotes keep the value as is.
     return f'--gin.{name}="{value}"' if not set(value) & set('"$`\\!') else f"--gin.{name}={shlex.quote(value)}"
-  return " ".join([f"python -m {script}", *(f"--gin_file={f}" for f in files), *map(flag, bindings)])
+  return " ".join([f"{interpreter.python()} -m {script}", *(f"--gin_file={f}" for f in files), *map(flag, bindings)])
 
 
 def main(argv: Sequence[str]) -> None:
@@ -134,7 +135,7 @@ def main(argv: Sequence[str]) -> None:
   if args.print_commands:
     if args.protocol == "base":
       raise ValueError("--print_commands: the base setup trains nothing; run it here "
-                       "(python -m scripts.heap --protocol=base ...)")
+                       f"({interpreter.python()} -m scripts.heap --protocol=base ...)")
     for run in runs:
       files, bindings = bench.training_command(run, args.model_gin)
       print(_command("scripts.train", [*files, *user_files], [*bindings, *user_bindings]))

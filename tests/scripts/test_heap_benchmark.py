@@ -9,9 +9,11 @@ predictions.jsonl and metrics.json.
 """
 import json
 import math
+import os
 import pathlib
 import re
 import shlex
+import sys
 
 import numpy as np
 import pytest
@@ -255,7 +257,10 @@ def test_print_commands_prints_each_runs_training_and_its_own_evaluation(tmp_pat
   assert len(lines) == 2 * 9 * 2, result.stdout  # a training and an evaluation per target and seed
   train, evaluate = (shlex.split(line) for line in lines[:2])
   row = heap.TABLE_4["cross_task"]["BCN"]  # the first target, in Table 3's order
-  assert train[:3] == ["python", "-m", "scripts.train"] and evaluate[:3] == ["python", "-m", "scripts.evaluate"]
+  # The Python that runs it, from the folder it ran in (.venv/bin/python), not a bare `python`.
+  assert os.path.join(PROJECT_ROOT, train[0]) == sys.executable and evaluate[0] == train[0]
+  assert not os.path.isabs(train[0]) or not sys.executable.startswith(f"{PROJECT_ROOT}{os.sep}"), train[0]
+  assert train[1:3] == ["-m", "scripts.train"] and evaluate[1:3] == ["-m", "scripts.evaluate"]
   assert {"--gin_file=gin/recipes/heap/cross_cluster.gin",
           "--gin.MIXTURE_OR_TASK_NAME='heap_cross_cluster_hate_speech_bcn'",
           f"--gin.MODEL_DIR='{tmp_path}/cross_cluster/hate_speech_bcn/seed_0'", "--gin.TRAIN_STEPS=7",
