@@ -120,11 +120,17 @@ class Lease:
                            "this run had stopped renewing it; stopping without writing again")
 
   def release(self) -> None:
+    """Deletes the lease (when still this run's). Never raises: it runs as a run ends, failed runs
+    included, whose own error must be the one reported; a lease left behind is taken over later."""
     self._stop.set()
     if self._thread is not None:
       self._thread.join()
-    if self.lost_to is None and (_read(self.path) or {}).get("token") == self.record["token"]:
-      storage.remove(self.path)
+    try:
+      if self.lost_to is None and (_read(self.path) or {}).get("token") == self.record["token"]:
+        storage.remove(self.path)
+    except OSError as error:
+      print(f"the lease {self.path} stays: {error}; the next run takes it over once its holder is gone",
+            file=sys.stderr, flush=True)
 
 
 def _acquire_here(model_dir: str, stale_after_s: float, renew_every_s: float) -> Lease:
