@@ -1,11 +1,15 @@
-"""The console of every script: the project's own lines (progress, results, paths).
+"""The console of every script: the project's own lines (progress, results, paths), and `run`,
+the absl `app.run` every script's `__main__` calls.
 
 orbax, seqio, TFDS and the HTTP server log every file and request at INFO through absl;
 `--verbosity=0` (or higher) on any script's command line brings those lines back.
 """
 import logging as std_logging
 import sys
+import traceback
+from typing import Callable, Sequence
 
+from absl import app
 from absl import flags
 from absl import logging
 
@@ -58,3 +62,29 @@ def quiet_libraries() -> None:
     # gcsfs logs each failed request with its traceback; storage.StorageError says it in one line.
     std_logging.getLogger("gcsfs").setLevel(std_logging.CRITICAL)
     sys.unraisablehook = _without_closed_loop_callbacks()
+
+
+# absl's help flags (--helpshort is a HelpFlag): each prints the help to stdout, then exits 1.
+_HELP_FLAGS = (app.HelpFlag, app.HelpfullFlag, app.HelpXMLFlag)
+
+
+def _asked_for_help(exit_: SystemExit) -> bool:
+  """Whether `exit_` is a help flag's own, raised while the flags were parsed."""
+  return any(isinstance(frame.f_locals.get("self"), _HELP_FLAGS) for frame, _ in traceback.walk_tb(exit_.__traceback__))
+
+
+def run(main: Callable[[Sequence[str]], None],
+        rewrite_args: Callable[[Sequence[str]], list[str]] | None = None) -> None:
+  """absl's `app.run(main)`, as every script's `__main__` runs it, with the command line's
+  arguments `rewrite_args` first (gin_cli's --gin.NAME shorthand). Asking for help (--help,
+  --helpshort, --helpfull, --helpxml) prints it and exits 0, where absl exits 1 as for an error; a
+  flag absl cannot parse (unknown, or a value of the wrong kind) is absl's two lines, exit 1; the
+  usage text is shown for --help and for main's app.UsageError (a command line of the wrong shape)."""
+  def parse_flags(argv):
+    try:
+      return app.parse_flags_with_usage(rewrite_args(argv) if rewrite_args else argv)
+    except SystemExit as exit_:
+      if exit_.code == 1 and _asked_for_help(exit_):
+        sys.exit(0)
+      raise
+  app.run(main, flags_parser=parse_flags)
