@@ -40,6 +40,7 @@ _RELATIVE_BIAS = "block.0.layer.0.SelfAttention.relative_attention_bias.weight" 
 _TIED_ALIASES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
 # safetensors' float dtypes, for a file read from a bucket as bytes (numpy has no bfloat16 of its own).
 _FLOAT_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16}
+_MAX_HEADER_BYTES = 100_000_000  # safetensors' own limit on a header
 
 
 class CheckpointImportError(ValueError):
@@ -132,6 +133,57 @@ def hf_tensor_names(config: T5Config) -> list[str]:
   return names
 
 
+def _header_damage(path: str) -> str | None:
+  """What is wrong with the safetensors file `path` by its header alone (8 bytes giving the header's
+  length, then the header, a JSON object of each tensor's byte range): cut short (a download or copy
+  stopped early), or no safetensors header at all; None when its bytes hold all the header
+  describes. Reads the header only (a bucket's object in ranged reads)."""
+  size = storage.size(path)
+  if size < 8:
+    return f"truncated: {size} bytes, fewer than the 8 that begin a safetensors file"
+  with storage.open_file(path, "rb") as f:
+    header_length = int.from_bytes(f.read(8), "little")
+    header = f.read(header_length) if header_length <= _MAX_HEADER_BYTES else b""
+  if header_length > _MAX_HEADER_BYTES or (header and not header.startswith(b"{")):
+    return "not a safetensors file (its first bytes are no safetensors header)"
+  if 8 + header_length > size:
+    return f"truncated: the file ends at byte {size}, inside its header (bytes 8 to {8 + header_length})"
+  try:
+    ranges = [entry["data_offsets"] for name, entry in json.loads(header).items() if name != "__metadata__"]
+    described = 8 + header_length + max((int(end) for _, end in ranges), default=0)
+  except (ValueError, TypeError, KeyError, AttributeError):
+    return "not a safetensors file (its header is not the JSON of safetensors)"
+  if size < described:
+    return f"truncated: the file has {size} of the {described} bytes its header describes"
+  return None
+
+
+def _safetensors_files(directory: str) -> list[str]:
+  """The *.safetensors files of `directory`; an error when it has none."""
+  files = storage.glob(directory, "*.safetensors")
+  if not files:
+    pickles = [storage.name(p) for p in storage.glob(directory, "*.bin")]
+    hint = (f" It has {', '.join(pickles)}: pickled weights are never loaded; convert them once with "
+            "`transformers` (model.save_pretrained(dir, safe_serialization=True)).") if pickles else ""
+    raise CheckpointImportError(f"{directory}: no *.safetensors file.{hint}")
+  return files
+
+
+def check_safetensors(directory: str) -> None:
+  """Refuses, naming the file and what is wrong with it, a Hugging Face directory without a
+  *.safetensors file or with one cut short or not safetensors; reads the headers alone, so that a
+  command can check its checkpoint before it prepares any data."""
+  for path in _safetensors_files(directory):
+    damage = _header_damage(path)
+    if damage:
+      raise CheckpointImportError(f"{path}: {damage}")
+
+
+def _unreadable(path: str, error: Exception) -> CheckpointImportError:
+  """safetensors' refusal of `path` (its message names no file), said with the file's damage."""
+  return CheckpointImportError(f"{path}: {_header_damage(path) or f'not a readable safetensors file ({error})'}")
+
+
 def _float32_tensors(path: str, data: bytes):
   """(name, float32 array) of each tensor in the bytes `data` of the safetensors file `path`."""
   import safetensors  # pylint: disable=import-outside-toplevel
@@ -139,7 +191,7 @@ def _float32_tensors(path: str, data: bytes):
   try:
     tensors = safetensors.deserialize(data)
   except safetensors.SafetensorError as error:
-    raise CheckpointImportError(f"{path}: not a safetensors file ({error})") from None
+    raise _unreadable(path, error) from None
   for name, tensor in tensors:
     dtype = _FLOAT_DTYPES.get(tensor["dtype"])
     if dtype is None:
@@ -149,24 +201,21 @@ def _float32_tensors(path: str, data: bytes):
 
 def _read_safetensors(directory: str):
   """{tensor name: (file name, float32 array)} of every *.safetensors file in `directory`."""
-  from safetensors import safe_open  # pylint: disable=import-outside-toplevel
+  from safetensors import SafetensorError, safe_open  # pylint: disable=import-outside-toplevel
 
-  files = storage.glob(directory, "*.safetensors")
-  if not files:
-    pickles = [storage.name(p) for p in storage.glob(directory, "*.bin")]
-    hint = (f" It has {', '.join(pickles)}: pickled weights are never loaded; convert them once with "
-            "`transformers` (model.save_pretrained(dir, safe_serialization=True)).") if pickles else ""
-    raise CheckpointImportError(f"{directory}: no *.safetensors file.{hint}")
   tensors = {}
-  for path in files:
+  for path in _safetensors_files(directory):
     file_name = storage.name(path)
     if storage.is_bucket(path):  # an object is read whole, then decoded from the bytes
       for name, value in _float32_tensors(path, storage.read_bytes(path)):
         tensors[name] = (file_name, value)
       continue
-    with safe_open(path, framework="flax") as f:
-      for name in f.keys():
-        tensors[name] = (file_name, np.asarray(f.get_tensor(name), dtype=np.float32))
+    try:
+      with safe_open(path, framework="flax") as f:
+        for name in f.keys():
+          tensors[name] = (file_name, np.asarray(f.get_tensor(name), dtype=np.float32))
+    except SafetensorError as error:
+      raise _unreadable(path, error) from None
   return tensors
 
 

@@ -133,11 +133,19 @@ def save_params(directory, params):
   checkpointer.wait_until_finished()
 
 
-def params_location(checkpoint_dir) -> str:
-  """The params directory inside a model dir, a checkpoints dir, a step dir or a params-only dir."""
-  path = storage.absolute(checkpoint_dir)
+def check_directory(path, what: str) -> None:
+  """Refuses `path` (`what`: the flag or macro that gave it) when it is no directory: missing, or a file."""
   if not storage.is_dir(path):
-    raise FileNotFoundError(f"checkpoint directory {path} does not exist")
+    if storage.exists(path):
+      raise NotADirectoryError(f"{what} {path} is a file, not a directory")
+    raise FileNotFoundError(f"{what} {path} does not exist")
+
+
+def params_location(checkpoint_dir, what: str = "checkpoint directory") -> str:
+  """The params directory inside a model dir, a checkpoints dir, a step dir or a params-only dir;
+  an error names `what` (the flag or macro that gave the path) when there is none."""
+  path = storage.absolute(checkpoint_dir)
+  check_directory(path, what)
   names = storage.list_names(path)
   if CHECKPOINTS_SUBDIR in names and storage.is_dir(storage.join(path, CHECKPOINTS_SUBDIR)):
     path = storage.join(path, CHECKPOINTS_SUBDIR)
@@ -152,8 +160,9 @@ def params_location(checkpoint_dir) -> str:
   # Any orbax file marks a params-only checkpoint, so that a damaged one is named as damaged.
   if {"_CHECKPOINT_METADATA", "_METADATA", "manifest.ocdbt"} & set(names):
     return path
-  raise FileNotFoundError(f"no orbax checkpoint found in {checkpoint_dir} (expected <step>/params, "
-                          "a checkpoints/ subdirectory, or a params-only checkpoint)")
+  raise FileNotFoundError(f"{what} {checkpoint_dir} holds no checkpoint: no checkpoints/<step>/params (a run "
+                          "that never saved a step?), no params-only checkpoint, no Hugging Face config.json, "
+                          "no t5x checkpoint_<step>/")
 
 
 def _saved_config(location: str) -> T5Config | None:
@@ -166,6 +175,18 @@ def _saved_config(location: str) -> T5Config | None:
       return config
     directory = storage.parent(directory)
   return None
+
+
+def check_checkpoint(path, what: str) -> None:
+  """Refuses, in one line naming `what` (the flag or macro that gave it) and `path`, a path where
+  `load_params` would find no checkpoint (a missing folder, a file, a MODEL_DIR never trained) or a
+  Hugging Face file cut short: a command checks this before it prepares any data, reading only
+  directory listings and headers."""
+  storage.check_reachable(path, what)  # a bucket's own refusal, not "does not exist"
+  if is_hf_checkpoint(path):
+    checkpoint_import.check_safetensors(path)
+  elif t5x_checkpoint.t5x_step_dir(path) is None:
+    params_location(path, what)
 
 
 def is_hf_checkpoint(path) -> bool:

@@ -23,6 +23,7 @@ from absl import flags
 from runner import report
 from scripts import analyses
 from scripts import console
+from scripts import gin_cli
 from scripts.analyses import common
 import storage
 
@@ -86,4 +87,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  console.run(gin_cli.one_line_errors(main))  # a missing file or a flag's wrong value: one line

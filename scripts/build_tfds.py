@@ -18,6 +18,7 @@ from absl import app
 from absl import flags
 
 from scripts import console
+from scripts import gin_cli
 
 # TensorFlow (tfds, the builders) is imported inside the functions, once absl has started: imported
 # at the top of this file, its GPU probe would run in app.run with stderr open, printing `failed call
@@ -38,7 +39,7 @@ def _expand(requested: Sequence[str]) -> list[str]:
   for name in requested:
     matches = [k for k in known if k == name or k.startswith(name + "/")]
     if not matches:
-      raise app.UsageError(f"unknown dataset {name!r}; choose from {', '.join(known)}")
+      raise ValueError(f"--datasets: unknown dataset {name!r}; choose from {', '.join(known)}")
     names += matches
   return names
 
@@ -77,7 +78,7 @@ def main(argv: Sequence[str]) -> None:
   tfds.disable_progress_bar()  # one summary line per dataset instead
   prepared = build(args.manual_dir, args.data_dir, args.datasets)
   if not prepared:
-    raise app.UsageError(f"no dataset's files found under {args.manual_dir}")
+    raise FileNotFoundError(f"no dataset's files found under {args.manual_dir}")
 
 
 if __name__ == "__main__":
@@ -88,4 +89,4 @@ if __name__ == "__main__":
   flags.DEFINE_list("datasets", [], "Only these: builder names of t5_tasks/sources/tfds_builders.py (asq, "
                     "timedial, ...; a wrong one is named with the list) or heap_comparisons/<criterion> (its "
                     "abbreviation in lower case, e.g. av).")
-  app.run(main)
+  console.run(gin_cli.one_line_errors(main))  # an unknown dataset, no files: one line

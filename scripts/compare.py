@@ -404,4 +404,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  console.run(main)

@@ -98,13 +98,15 @@ def _configured_model() -> T5Config:
   try:
     return gin.query_parameter("%MODEL_CONFIG").scoped_configurable_fn()
   except ValueError:
-    raise app.UsageError("the gin files bind no MODEL_CONFIG; give a model file, e.g. "
-                         "--gin_file=gin/models/t5_1_1/base.gin") from None
+    raise ValueError("the gin files bind no MODEL_CONFIG; give a model file, e.g. "
+                     "--gin_file=gin/models/t5_1_1/base.gin") from None
 
 
 def _check_directions(values: dict) -> None:
   """Exactly one direction: (--hf_dir | --t5x_dir) with --out, or --checkpoint with --to_hf; `values`
-  maps each of those flags to its value, and "gin" to whether gin files or bindings were given."""
+  maps each of those flags to its value, and "gin" to whether gin files or bindings were given.
+  A command line of another shape is an app.UsageError (absl shows the usage); a source that holds
+  no checkpoint of its kind is an error of one line, before anything is read or written."""
   sources = [name for name in ("hf_dir", "t5x_dir", "checkpoint") if values[name]]
   if len(sources) != 1:
     raise app.UsageError("give exactly one of --hf_dir or --t5x_dir (with --out), or --checkpoint "
@@ -116,15 +118,18 @@ def _check_directions(values: dict) -> None:
   if values[unwanted]:
     raise app.UsageError(f"--{unwanted} does not go with --{source}: one direction per call, --hf_dir "
                          "or --t5x_dir with --out, --checkpoint with --to_hf")
-  if values["hf_dir"] and not checkpoints.is_hf_checkpoint(values["hf_dir"]):
-    raise app.UsageError(f"--hf_dir {values['hf_dir']}: no config.json there "
-                         "(a Hugging Face directory has one)")
   if values["t5x_dir"] and not values["gin"]:
     raise app.UsageError("--t5x_dir: a t5x checkpoint records no architecture; name the model's gin file, "
                          "e.g. --gin_file=gin/models/t5_1_1/base.gin")
-  if values["t5x_dir"] and t5x_checkpoint.t5x_step_dir(values["t5x_dir"]) is None:
-    raise app.UsageError(f"--t5x_dir {values['t5x_dir']}: no t5x checkpoint there (a checkpoint_<step>/ "
-                         "directory with a `checkpoint` msgpack file or a `state/` directory)")
+  if source == "checkpoint":
+    checkpoints.check_checkpoint(values["checkpoint"], "--checkpoint")
+    return
+  checkpoints.check_directory(values[source], f"--{source}")
+  if source == "hf_dir" and not checkpoints.is_hf_checkpoint(values["hf_dir"]):
+    raise FileNotFoundError(f"--hf_dir {values['hf_dir']}: no config.json there (a Hugging Face directory has one)")
+  if source == "t5x_dir" and t5x_checkpoint.t5x_step_dir(values["t5x_dir"]) is None:
+    raise FileNotFoundError(f"--t5x_dir {values['t5x_dir']}: no t5x checkpoint there (a checkpoint_<step>/ "
+                            "directory with a `checkpoint` msgpack file or a `state/` directory)")
 
 
 def main(argv: Sequence[str]) -> None:

@@ -19,6 +19,7 @@ from typing import Sequence
 import gin
 import jax
 
+from runner import checkpoints
 from runner import evaluate as evaluate_lib
 from runner import report
 from scripts import gin_cli  # the shared gin command line
@@ -38,6 +39,7 @@ def format_metrics(metrics) -> str:
 def main(argv: Sequence[str]) -> None:
   gin_cli.start(argv)
   checkpoint_path = recorded_inputs.macro_value("CHECKPOINT_PATH")
+  checkpoints.check_checkpoint(checkpoint_path, "CHECKPOINT_PATH")  # before any data is prepared
   recorded_inputs.follow(checkpoint_path, f"CHECKPOINT_PATH {checkpoint_path}", DEFAULT_LENGTHS)
   import seqio  # pylint: disable=g-import-not-at-top  # registered by t5_tasks in `start`
   from t5_tasks import references  # pylint: disable=g-import-not-at-top  # after absl starts

@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 import gin
 import jax
 
+from runner import checkpoints
 from runner import infer as infer_lib
 from runner import model_inputs
 from scripts import gin_cli  # the shared gin command line
@@ -98,6 +99,10 @@ def advice_generator(checkpoint_path: str, *, input_length: int | None = None, m
 def main(argv: Sequence[str]) -> None:
   gin_cli.start(argv)
   checkpoint_path = recorded_inputs.macro_value("CHECKPOINT_PATH")
+  checkpoints.check_checkpoint(checkpoint_path, "CHECKPOINT_PATH")  # before any data is prepared
+  reward_checkpoint_path = recorded_inputs.macro_value("REWARD_CHECKPOINT_PATH")
+  if reward_checkpoint_path:
+    checkpoints.check_checkpoint(reward_checkpoint_path, "REWARD_CHECKPOINT_PATH")
   recorded_inputs.follow(checkpoint_path, f"CHECKPOINT_PATH {checkpoint_path}", DEFAULT_LENGTHS)
   from t5_tasks import vocab  # pylint: disable=g-import-not-at-top
   vocabulary = vocab.get_vocabulary()

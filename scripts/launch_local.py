@@ -33,6 +33,7 @@ from absl import app
 from absl import flags
 
 from runner import lost_host
+from scripts import console
 from scripts import parent_death
 
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", 2, "Processes to start.", lower_bound=1)
@@ -172,4 +173,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  console.run(main)

@@ -87,7 +87,7 @@ def task_examples(task_name: str, split: str, files: Mapping[str, Mapping[str, s
   task = seqio.get_mixture_or_task(task_name)
   examples = task.source.examples(split)
   if not examples:
-    raise app.UsageError(f"{task_name} has no {split!r} items in {dict(files)}")
+    raise ValueError(f"{task_name} has no {split!r} items in {dict(files)}")
   return task, examples
 
 
@@ -136,7 +136,7 @@ def run_preference(args):
   from t5_tasks.baselines import preference_heuristics  # pylint: disable=g-import-not-at-top
   tasks = preference_tasks()
   if args.eval_format not in tasks:
-    raise app.UsageError(f"--eval_format must be one of {list(tasks)}, got {args.eval_format!r}")
+    raise ValueError(f"--eval_format must be one of {list(tasks)}, got {args.eval_format!r}")
   task_name = tasks[args.eval_format]
   task, examples = task_examples(task_name, args.eval_split,
                                  {single_file_datasets()[task_name]: {"all": args.eval_file}})
@@ -170,7 +170,7 @@ def run_tfidf_advice(args):
     situations = [s for s in situations if s.split == args.eval_split]
     references = [max(s.good_comments, key=lambda c: c.score).body for s in situations]
   if not situations:
-    raise app.UsageError(f"no situations to answer in {args.eval_file}")
+    raise ValueError(f"no situations to answer in {args.eval_file}")
   instances = [{f: getattr(s, f) for f in tfidf_advice.CONTEXT_FIELDS} for s in situations]
   generations = retriever.generate(instances)
   neighbours = retriever.retrieve(instances)
@@ -211,4 +211,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(gin_cli.one_line_errors(main))
+  console.run(gin_cli.one_line_errors(main))

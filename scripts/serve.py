@@ -427,8 +427,11 @@ def tfidf_generator(train_file: str) -> Generator:
 
 def checkpoint_generator(checkpoint: str, **settings) -> Generator:
   """Samples advice from a checkpoint, formatting situations as the advice task does, with the
-  vocabulary and feature lengths it was trained with unless `settings` give them."""
-  from scripts import generate  # pylint: disable=g-import-not-at-top  # JAX, only when serving a model
+  vocabulary and feature lengths it was trained with unless `settings` give them. A path that
+  holds no checkpoint is refused in one line before TensorFlow and the tasks are imported."""
+  from runner import checkpoints  # pylint: disable=g-import-not-at-top  # JAX, only when serving a model
+  checkpoints.check_checkpoint(checkpoint, "--checkpoint")
+  from scripts import generate  # pylint: disable=g-import-not-at-top
   return generate.advice_generator(checkpoint, **settings)
 
 
@@ -489,4 +492,5 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  from scripts import gin_cli  # pylint: disable=g-import-not-at-top  # one_line_errors (JAX: here, not on import)
+  console.run(gin_cli.one_line_errors(main))

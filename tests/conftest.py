@@ -80,6 +80,7 @@ LONGEST_MODULES = (
     "tests/runner/test_train_entry.py",  # 84
     "tests/scripts/test_sentencepiece_run.py",  # 77
     "tests/runner/test_bucket_runs.py",  # 80
+    "tests/scripts/test_one_line_refusals.py",  # 65 (alone)
     "tests/scripts/test_benchmark.py",  # 54
     "tests/scripts/test_best_of_n.py",  # 48
     "tests/runner/test_multi_process_evaluation.py",  # 41
@@ -87,6 +88,7 @@ LONGEST_MODULES = (
     "tests/scripts/test_launch_tpu_pod_rehearsal.py",  # 40
     "tests/runner/test_host_memory.py",  # 37
     "tests/t5_tasks/test_tfds_parity.py",  # 36
+    "tests/scripts/test_help.py",  # 32 (alone)
     "tests/runner/test_learning.py",  # 31
 )
 

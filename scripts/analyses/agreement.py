@@ -25,7 +25,7 @@ def _comparison_items(args):
     criterion = heap.criterion_of(fmt[5:])
     return preference_heuristics.items_from_heap(heap.read_heap_comparisons(criterion, path)[0],
                                                  heap.task_name(criterion)), None
-  raise app.UsageError(f"unknown --comparison_format {fmt!r}")
+  raise ValueError(f"unknown --comparison_format {fmt!r}: summarize_feedback, turingadvice or heap:<criterion>")
 
 
 def _length_control_pairs(args, items) -> list[tuple[str, str]]:
@@ -36,7 +36,7 @@ def _length_control_pairs(args, items) -> list[tuple[str, str]]:
     pairs = [tuple(p.split(",")) for p in args.length_controlled]
     bad = [",".join(p) for p in pairs if len(p) != 2]
     if bad:
-      raise app.UsageError(f"--length_controlled takes A,B; got {bad[0]!r}")
+      raise ValueError(f"--length_controlled takes A,B; got {bad[0]!r}")
     return pairs
   human = {"turingadvice": preference_heuristics.REDDIT_ADVICE,
            "summarize_feedback": agreement.REFERENCE_POLICY}.get(args.comparison_format)
@@ -77,7 +77,7 @@ def analyze(args):
       controlled = agreement.length_controlled_preferences(items, pairs, seed=args.seed)
     except ValueError as e:
       if args.length_controlled:
-        raise app.UsageError(f"--length_controlled: {e}") from e
+        raise ValueError(f"--length_controlled: {e}") from e
       notes.append(f"{e}; no length-controlled preferences")
   result = {"n_comparisons": len(items), "agreement": rates, "labeler_agreement": labelers,
             "rouge": rouge and {k: v for k, v in rouge.items() if k != "scores"},

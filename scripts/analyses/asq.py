@@ -15,10 +15,10 @@ def _annotation_files(args) -> list[str]:
   for round_name in ("first", "second"):
     found = storage.glob(args.annotation_dir, f"*annotation_{round_name}.json")
     if len(found) > 1:
-      raise app.UsageError(f"several {round_name}-round files in {args.annotation_dir}: {found}")
+      raise ValueError(f"several {round_name}-round files in {args.annotation_dir}: {found}")
     files += found
   if not files:
-    raise app.UsageError(f"no *annotation_first.json in {args.annotation_dir}")
+    raise FileNotFoundError(f"no *annotation_first.json in {args.annotation_dir}")
   return files
 
 

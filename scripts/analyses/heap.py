@@ -21,8 +21,10 @@ def analyze(args) -> dict:
   """Prints each HEAP criterion's comparisons from the released files under --data_dir, and how
   §3's random 80/10/10 split divides them; writes JSON to --output."""
   from t5_tasks import heap  # pylint: disable=g-import-not-at-top
-  if not args.data_dir or not storage.is_dir(args.data_dir):
-    raise app.UsageError(f"heap needs --data_dir, a folder of HEAP's released files (got {args.data_dir!r})")
+  if not args.data_dir:
+    raise app.UsageError("heap needs --data_dir, a folder of HEAP's released files")
+  if not storage.is_dir(args.data_dir):
+    raise FileNotFoundError(f"--data_dir {args.data_dir}: no such folder (HEAP's released files)")
   counts, reports = {}, {}
   for abbreviation, criterion in heap.HEAP_CRITERIA.items():
     paths = heap.find_source_files(args.data_dir, criterion.source)

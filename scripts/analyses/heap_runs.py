@@ -79,35 +79,35 @@ def _check_one_model(eval_dirs: Sequence[str]) -> None:
   mixtures = {directory: mixture for directory in dict.fromkeys(eval_dirs)
               if (mixture := _training_mixture(directory))}
   if len(set(mixtures.values())) > 1:
-    raise app.UsageError("runs trained on different mixtures are not seeds of one model: "
-                         + ", ".join(f"{d} ({m})" for d, m in mixtures.items())
-                         + "; a protocol's tables, each criterion from its own run: python -m scripts.heap")
+    raise ValueError("runs trained on different mixtures are not seeds of one model: "
+                     + ", ".join(f"{d} ({m})" for d, m in mixtures.items())
+                     + "; a protocol's tables, each criterion from its own run: python -m scripts.heap")
 
 
 def analyze(args) -> dict:
   """Prints HEAP's Table 2 and 3 shapes over the runs of --eval_dirs (each one seed of one model, a
   distinct checkpoint); writes JSON to --output. A protocol's tables, each criterion's figure from
   the run that held it out, are `python -m scripts.heap`'s."""
-  from t5_tasks import heap  # pylint: disable=g-import-not-at-top
   if not args.eval_dirs:
     raise app.UsageError("heap_runs needs --eval_dirs=DIR1,DIR2,... (evaluation output directories)")
   runs, checkpoints = {}, {}
   for directory in dict.fromkeys(args.eval_dirs):  # a folder named twice is one run
     if not storage.exists(storage.join(directory, outputs.METRICS_FILE)):
-      raise app.UsageError(f"{directory}: no {outputs.METRICS_FILE} (evaluate the run first)")
+      raise FileNotFoundError(f"{directory}: no {outputs.METRICS_FILE} (evaluate the run first)")
     # Seeds are different models: two evaluations of one checkpoint would count as two runs that
     # agree exactly (a spread of 0.00), so they are refused by the parameters' fingerprint.
     fingerprint = (outputs.read_provenance(directory) or {}).get("params_fingerprint")
     if fingerprint in checkpoints:
-      raise app.UsageError(f"{directory} and {checkpoints[fingerprint]} evaluated the same parameters "
-                           f"({fingerprint[:23]}...): give one evaluation per seed's run")
+      raise ValueError(f"{directory} and {checkpoints[fingerprint]} evaluated the same parameters "
+                       f"({fingerprint[:23]}...): give one evaluation per seed's run")
     if fingerprint:
       checkpoints[fingerprint] = directory
     runs[directory] = outputs.read_metrics(directory)
   _check_one_model(args.eval_dirs)
+  from t5_tasks import heap  # pylint: disable=g-import-not-at-top  # TensorFlow: once the folders are checked
   table = heap_run_summary(runs, tuple(heap.HEAP_CRITERIA), heap.CLUSTERS, heap.task_name)
   if not table["criteria"]:
-    raise app.UsageError(f"no HEAP criterion is evaluated in {', '.join(args.eval_dirs)}")
+    raise ValueError(f"no HEAP criterion is evaluated in {', '.join(args.eval_dirs)}")
   n = len(runs)
   print_table(report.Table(
       f"HEAP per criterion over {n} runs (Table 2): accuracy in %, mean ± std (ddof=1); each folder "

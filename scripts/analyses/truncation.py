@@ -125,8 +125,10 @@ def table(results) -> report.Table:
 
 def analyze(args) -> list[dict]:
   """Prints the table of `measurements(--data_dir)`; writes the counts as JSON to --output."""
-  if not args.data_dir or not storage.is_dir(args.data_dir):
-    raise app.UsageError(f"truncation needs --data_dir, the folder of the released files (got {args.data_dir!r})")
+  if not args.data_dir:
+    raise app.UsageError("truncation needs --data_dir, the folder of the released files")
+  if not storage.is_dir(args.data_dir):
+    raise FileNotFoundError(f"--data_dir {args.data_dir}: no such folder (the released files)")
   results = [measure(m, args.data_dir) for m in measurements(args.data_dir)]
   print_table(table(results))
   if args.output:

@@ -89,3 +89,21 @@ def test_a_config_json_cut_short_is_one_line_naming_the_file(hf_dir, tmp_path):
   (tmp_path / "config.json").write_bytes(b'{"d_model": "\xff"}')
   with pytest.raises(CheckpointImportError, match=re.escape(f"{tmp_path / 'config.json'}: not UTF-8 text (byte 13)")):
     load_hf_t5(tmp_path)
+
+
+def test_a_safetensors_file_cut_short_or_not_safetensors_is_one_line_naming_the_file(hf_dir, tmp_path):
+  """safetensors' own error ("incomplete metadata, file not fully covered") names no file, and was a
+  traceback through the commands that load a checkpoint."""
+  data = (hf_dir / "model.safetensors").read_bytes()
+  header_end = 8 + int.from_bytes(data[:8], "little")
+  (tmp_path / "config.json").write_text((hf_dir / "config.json").read_text())
+  weights = tmp_path / "model.safetensors"
+  for content, damage in (
+      (data[:len(data) // 2], f"truncated: the file has {len(data) // 2} of the {len(data)} bytes its header describes"),
+      (data[:100], f"truncated: the file ends at byte 100, inside its header (bytes 8 to {header_end})"),
+      (data[:5], "truncated: 5 bytes, fewer than the 8 that begin a safetensors file"),
+      (b"PK\x03\x04 a zip, not safetensors" * 4, "not a safetensors file (its first bytes are no safetensors header)")):
+    weights.write_bytes(content)
+    with pytest.raises(CheckpointImportError) as error:
+      load_hf_t5(tmp_path)
+    assert str(error.value) == f"{weights}: {damage}"

@@ -14,6 +14,7 @@ import pytest
 from models import checkpoint_export
 from models import checkpoint_import
 from models.config import T5Config
+from models.network import init_params
 from runner import checkpoints
 from runner import configs
 from runner import outputs
@@ -119,15 +120,19 @@ def test_predictions_in_a_bucket_are_whole_parts_read_back_on_resuming_and_gathe
   assert len(outputs.predictions_appender(bucket).done) == 5
 
 
-def test_a_run_in_a_missing_bucket_stops_before_compiling_in_one_line(gcs_emulator, compilation_cache, tmp_path):
+def test_a_run_in_a_missing_bucket_stops_before_compiling_in_one_line(gcs_emulator, compilation_cache, tmp_path,
+                                                                     tmp_path_factory):
   """scripts.train and scripts.evaluate name the macro, the path and the cause, exit 1, and leave
-  nothing on disk (no `gs:` folder in the working directory)."""
+  nothing on disk (no `gs:` folder in the working directory). The evaluation's checkpoint is there
+  (a missing one is refused first: tests/scripts/test_one_line_refusals.py)."""
   env = {**script_env(compilation_cache), **gcs_emulator.env}
+  checkpoint = tmp_path_factory.mktemp("checkpoint") / "hf"
+  checkpoint_export.save_hf_t5(str(checkpoint), REWARD_TINY, init_params(REWARD_TINY, jax.random.PRNGKey(0)))
   commands = {
       "MODEL_DIR": ["-m", "scripts.train", "--gin_file=gin/runs/finetune.gin", "--gin_file=gin/quickstart.gin",
                     "--gin.MODEL_DIR='gs://no-such-bucket/run'"],
       "EVAL_OUTPUT_DIR": ["-m", "scripts.evaluate", "--gin_file=gin/runs/eval.gin", "--gin_file=gin/quickstart.gin",
-                          "--gin.EVAL_OUTPUT_DIR='gs://no-such-bucket/eval'"],
+                          f"--gin.CHECKPOINT_PATH='{checkpoint}'", "--gin.EVAL_OUTPUT_DIR='gs://no-such-bucket/eval'"],
   }
   for macro, arguments in commands.items():
     result = subprocess.run([sys.executable, *arguments], cwd=tmp_path, env=env, capture_output=True, text=True,

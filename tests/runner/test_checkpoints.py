@@ -54,8 +54,43 @@ def test_load_params_names_a_missing_directory(tmp_path):
   with pytest.raises(FileNotFoundError, match="does not exist"):
     checkpoints.load_params(tmp_path / "absent", T5Config())
   (tmp_path / "empty").mkdir()
-  with pytest.raises(FileNotFoundError, match="no orbax checkpoint found"):
+  with pytest.raises(FileNotFoundError, match="holds no checkpoint: no checkpoints/<step>/params"):
     checkpoints.load_params(tmp_path / "empty", T5Config())
+
+
+def test_check_checkpoint_names_the_macro_the_path_and_what_is_missing(tmp_path):
+  """What a command checks before it prepares any data: a missing folder, a file, a MODEL_DIR never
+  trained, a Hugging Face directory whose weights are cut short; a checkpoint of each format passes."""
+  import re  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  from models import checkpoint_export  # pylint: disable=g-import-not-at-top
+  from models import checkpoint_import  # pylint: disable=g-import-not-at-top
+  from models.config import T5Config  # pylint: disable=g-import-not-at-top
+  from models.network import init_params  # pylint: disable=g-import-not-at-top
+  from runner import checkpoints  # pylint: disable=g-import-not-at-top
+  (tmp_path / "a_file").write_text("x")
+  (tmp_path / "never_trained").mkdir()
+  (tmp_path / "never_trained" / "config.gin").write_text("")
+  refusals = {"absent": (FileNotFoundError, f"CHECKPOINT_PATH {tmp_path / 'absent'} does not exist"),
+              "a_file": (NotADirectoryError, f"CHECKPOINT_PATH {tmp_path / 'a_file'} is a file, not a directory"),
+              "never_trained": (FileNotFoundError, f"CHECKPOINT_PATH {tmp_path / 'never_trained'} holds no checkpoint: "
+                                                   "no checkpoints/<step>/params")}
+  for name, (kind, message) in refusals.items():
+    with pytest.raises(kind, match="^" + re.escape(message)):
+      checkpoints.check_checkpoint(str(tmp_path / name), "CHECKPOINT_PATH")
+  config = T5Config(vocab_size=64, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16,
+                    num_encoder_layers=1, num_decoder_layers=1)
+  params = init_params(config, jax.random.PRNGKey(0))
+  checkpoints.save_params(tmp_path / "converted" / "params", params)
+  checkpoint_export.save_hf_t5(str(tmp_path / "hf"), config, params)
+  for good in ("converted", "converted/params", "hf"):
+    checkpoints.check_checkpoint(str(tmp_path / good), "CHECKPOINT_PATH")
+  weights = tmp_path / "hf" / "model.safetensors"
+  size = weights.stat().st_size
+  weights.write_bytes(weights.read_bytes()[:size - 1])
+  with pytest.raises(checkpoint_import.CheckpointImportError, match="^" + re.escape(
+      f"{weights}: truncated: the file has {size - 1} of the {size} bytes its header describes") + "$"):
+    checkpoints.check_checkpoint(str(tmp_path / "hf"), "CHECKPOINT_PATH")
 
 
 def _saved_tiny(directory, config):

@@ -147,7 +147,7 @@ def test_length_control_of_an_unknown_policy_is_refused(tmp_path):
   analyze.define_flags(fv)
   fv(["analyze", f"--comparisons={DATA / 'summarize_comparisons.jsonl'}", "--length_controlled=nope,ref",
       f"--out={tmp_path}"])
-  with pytest.raises(app.UsageError, match="--length_controlled: length control: policy 'nope' is in no "
+  with pytest.raises(ValueError, match="--length_controlled: length control: policy 'nope' is in no "
                                            "comparison; policies: pretrain_1b, pretrain_6b, ref"):
     analyze.run("agreement", fv)
 

@@ -6,7 +6,6 @@ import pytest
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
-from absl import app  # pylint: disable=g-import-not-at-top
 from scripts import build_tfds
 from t5_tasks import families
 from tests.conftest import PROJECT_ROOT
@@ -47,7 +46,7 @@ def test_named_datasets_only_and_each_must_have_its_files(manual_dir, tmp_path):
   assert list(prepared) == ["heap_comparisons/av"]
   with pytest.raises(FileNotFoundError, match=r"asq: no files under .*asq_train\*\.json"):
     build_tfds.build(str(manual_dir), str(tmp_path / "tfds"), ["timedial", "asq"])
-  with pytest.raises(app.UsageError, match="unknown dataset 'timedail'"):
+  with pytest.raises(ValueError, match="unknown dataset 'timedail'"):
     build_tfds.build(str(manual_dir), str(tmp_path / "tfds"), ["timedail"])
 
 

@@ -140,10 +140,12 @@ def test_one_direction_per_call(values, message):
     convert_checkpoint._check_directions(values)  # pylint: disable=protected-access
 
 
-def test_a_directory_of_another_format_is_a_usage_error(converted, tmp_path):
+def test_a_directory_of_another_format_is_refused_in_one_line(converted, tmp_path):
   _, hf_dir, _, _ = converted
   result = _run(f"--t5x_dir={hf_dir}", "--gin_file=gin/models/t5_1_1/tiny.gin", f"--out={tmp_path / 'out'}")
-  assert result.returncode != 0 and f"--t5x_dir {hf_dir}: no t5x checkpoint there" in result.stderr
+  assert result.returncode == 1 and result.stderr.splitlines() == [
+      f"error: --t5x_dir {hf_dir}: no t5x checkpoint there (a checkpoint_<step>/ directory with a `checkpoint` "
+      "msgpack file or a `state/` directory)"], result.stderr[-3000:]
   assert not (tmp_path / "out").exists()
 
 

@@ -18,6 +18,7 @@ import pytest
 from absl import flags
 
 from models.config import T5Config
+from runner import checkpoints
 from runner import infer as infer_lib
 from runner import train as train_lib
 from runner import trainer
@@ -209,6 +210,7 @@ def test_the_generation_recipe_samples_as_the_paper_does(monkeypatch, tmp_path):
     raise _Reached
   monkeypatch.setattr(infer_lib, "_load", loaded)
   monkeypatch.setattr(infer_lib, "generate", sampling)
+  monkeypatch.setattr(checkpoints, "check_checkpoint", lambda *args: None)  # no checkpoint: `_load` stands in
   situations = tmp_path / "situations.jsonl"
   situations.write_text(json.dumps({"title": "How do I ask for a raise?", "subreddit": "Advice",
                                     "selftext": "I have worked here three years.\n\nWhat should I say?"}) + "\n")

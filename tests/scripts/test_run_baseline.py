@@ -191,13 +191,13 @@ def test_repeated_ids_are_numbered_as_the_model_evaluation_numbers_them():
 def test_usage_errors(tmp_path):
   with pytest.raises(app.UsageError, match="needs --train_file or --train_fraction"):
     _run(tmp_path, "--baseline=asq_similarity", f"--eval_file={DATA / 'asq_test.json'}")
-  with pytest.raises(app.UsageError,
+  with pytest.raises(ValueError,
                      match=r"--eval_format must be one of \['turingadvice', .*got 'heap:nope'"):
     _run(tmp_path, "--baseline=length", "--eval_format=heap:nope", f"--eval_file={DATA / 'asq_test.json'}")
   train_only = tmp_path / "train_only.jsonl"
   train_only.write_text("".join(line for line in open(DATA / "summarize_comparisons.jsonl", encoding="utf-8")
                                 if json.loads(line)["split"] == "train"))
-  with pytest.raises(app.UsageError, match="summarize_feedback_preference has no 'test' items in"):
+  with pytest.raises(ValueError, match="summarize_feedback_preference has no 'test' items in"):
     _run(tmp_path, "--baseline=length", "--eval_format=summarize_feedback", f"--eval_file={train_only}")
 
 
