@@ -889,6 +889,9 @@ def run_in_emulator(ws: Workspace, command: str) -> subprocess.CompletedProcess:
 def check_bucket_rehearsal(ws: Workspace, command: str, result) -> None:
   """Both processes ran in their own folders; the run's files are objects in the emulator's bucket,
   none on disk (no `gs:` folder anywhere in the copy)."""
+  server = ws.emulator().process
+  assert server.poll() is None, (f"the emulator's server exited with {server.returncode}; its log ends:\n"
+                                 f"{(ws.outside / 'bucket' / 'server.log').read_text()[-3000:]}\n{result.stdout[-2000:]}")
   assert_ran(result)
   prefix = (gin_value(command, "MODEL_DIR") or gin_value(command, "EVAL_OUTPUT_DIR")).removeprefix("gs://runs/")
   objects = ws.emulator().object_names("runs", prefix + "/")
