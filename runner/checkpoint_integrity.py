@@ -189,23 +189,36 @@ def _join_orbax_writers(timeout_s: float = 60.0) -> None:
     threading.Thread.join(thread, max(0.0, deadline - time.monotonic()))
 
 
-def _no_space(manager, step, needed: str) -> CheckpointWriteError:
+def _not_written(manager, step, cause: str, remedy: str) -> CheckpointWriteError:
   saved = manager.all_steps()
   return CheckpointWriteError(
-      f"checkpoint step {step} was not written: {manager.directory}: no space left on device{needed}; "
+      f"checkpoint step {step} was not written: {cause}; "
       f"{'the steps saved before it are intact (latest: ' + str(max(saved)) + ')' if saved else 'no step is saved'}"
-      "; free some space (or name a MODEL_DIR elsewhere) and rerun to resume")
+      f"; {remedy}")
+
+
+def _no_space(manager, step, needed: str) -> CheckpointWriteError:
+  return _not_written(manager, step, f"{manager.directory}: no space left on device{needed}",
+                      "free some space (or name a MODEL_DIR elsewhere) and rerun to resume")
 
 
 @contextlib.contextmanager
 def naming_write_failure(manager, step):
-  """Turns orbax's failure to write a step for want of space (met while saving the next step or
-  waiting for one) into CheckpointWriteError, and removes the step's partial files."""
+  """Turns orbax's failure to write `step` (met while saving the next step, checking on the writes
+  or waiting for them) into CheckpointWriteError, one line naming the step and the cause: a full
+  disk (the step's partial files are removed) or storage that cannot be reached (a bucket gone)."""
   try:
     yield
   except Exception as error:  # pylint: disable=broad-except  # orbax re-raises its thread's error as it was
-    if isinstance(error, CheckpointWriteError) or not says_no_space(str(error)):
+    if isinstance(error, CheckpointWriteError):
       raise
+    if not says_no_space(str(error)):
+      try:
+        with storage.naming_failures(manager.directory):  # re-raises anything else as it was
+          raise error
+      except storage.StorageError as unreachable:
+        raise _not_written(manager, step, str(unreachable),
+                           "rerun the same command to resume once the storage answers") from error
     failed = re.search(r"/(\d+)\.orbax-checkpoint-tmp", str(error))
     _join_orbax_writers()
     if jax.process_index() == 0:

@@ -16,13 +16,14 @@ step and the file (runner/checkpoint_integrity.py names the damage and checks th
 import dataclasses
 import functools
 import json
+import os
 import signal
+import sys
 import threading
 
 import flax.traverse_util
 import jax
 import orbax.checkpoint as ocp
-from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 from jax.sharding import SingleDeviceSharding
@@ -69,7 +70,7 @@ def save(manager, step, params, opt_state, data_position) -> bool:
   The `data` item also holds a checksum of every array (`checksums`), so that a restore finds
   values that changed after they were saved (a flipped bit that every file format reads).
   A step that cannot fit on a local disk is refused before a file is written (CheckpointWriteError)."""
-  with checkpoint_integrity.naming_write_failure(manager, step):
+  with checkpoint_integrity.naming_write_failure(manager, manager.latest_step()):
     manager.wait_until_finished()  # the previous step's bytes are on disk before space is counted
   checkpoint_integrity.check_space(manager, step, (params, opt_state))
   record = dict(data_position, step=int(step),
@@ -80,6 +81,14 @@ def save(manager, step, params, opt_state, data_position) -> bool:
                             data=ocp.args.JsonSave(record))
   with checkpoint_integrity.naming_write_failure(manager, step):
     return manager.save(int(step), args=args, force=True)
+
+
+def check_writes(manager) -> None:
+  """Raises CheckpointWriteError as soon as the step being written in the background has failed
+  (a disk that filled, a bucket gone), without waiting: a training loop calls it every step, so a
+  run stops on the failed step, not after training on to its next checkpoint."""
+  with checkpoint_integrity.naming_write_failure(manager, manager.latest_step()):
+    manager.check_for_errors()
 
 
 def finish(manager) -> None:
@@ -337,7 +346,8 @@ class PreemptionGuard:
 
   def _on_signal(self, signum, frame):
     del frame
-    logging.warning("%s received: %s", signal.Signals(signum).name, self._stopping)
+    # The project's own line (not a log record); os.write, as a print interrupted mid-write would fail.
+    os.write(sys.stderr.fileno(), f"{signal.Signals(signum).name} received: {self._stopping}\n".encode())
     self.signal_number = signum
 
   def should_stop(self, step=None) -> bool:

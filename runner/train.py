@@ -296,10 +296,13 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
                  model_config=model_config, vocabulary_size=_vocabulary_size(tasks),
                  checkpoint_every=checkpoint.every, keep_checkpoints=checkpoint.keep, log_every=training.log_every)
   checkpoints.check_run_model(model_dir, model_config)
+  layout = run_dir.RunDir(model_dir)
+  resuming = any(name.isdigit() for name in storage.list_names(layout.checkpoints))
+  if checkpoint.initial_checkpoint_path and not resuming:  # read after the data is prepared: checked now
+    checkpoints.check_checkpoint(checkpoint.initial_checkpoint_path, "INITIAL_CHECKPOINT_PATH")
   vocabulary = model_inputs.tasks_vocabulary(tasks)
   model_inputs.check_vocabulary(model_inputs.read(model_dir), vocabulary, f"MODEL_DIR {model_dir}")
   # Held from here to the end: a second training into MODEL_DIR stops here, in one line.
-  layout = run_dir.RunDir(model_dir)
   created = [path for path in (model_dir, layout.checkpoints) if not storage.exists(path)]
   lease = lease_lib.acquire(model_dir)
   try:
@@ -405,6 +408,7 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
         batch = next(batches)
         params, opt_state, metrics = train_step(params, opt_state, partitioner.global_batch(batch), step)
         pending.append((step, metrics))
+        checkpoints.check_writes(manager)  # a checkpoint that failed in the background stops the run now
         step += 1
         progress.advance(1, _real_tokens(batch))
         if step % log_interval == 0 or step == train_steps:

@@ -138,7 +138,7 @@ def launch(command: list[str], count: int, devices: int | None = None, grace: fl
   while None in [process.poll() for process in processes]:  # a list: every process polled
     if failure is None:
       for index, process in enumerate(processes):
-        if process.returncode:  # set by poll() above; None while running, 0 on success
+        if process.returncode and not _stopped_on_signal(process.returncode):  # None: running; 0: success
           failure = (index, process.returncode)
           deadline = time.monotonic() + grace
           print(f"launch_local: process {index} failed with exit code {exit_code(process.returncode)}; "
@@ -153,13 +153,24 @@ def launch(command: list[str], count: int, devices: int | None = None, grace: fl
     time.sleep(0.2)
   for relay in relays:
     relay.join()
-  if failure is None:
-    failure = next(((index, process.returncode) for index, process in enumerate(processes)
-                    if process.returncode), None)
+  codes = [exit_code(process.returncode) for process in processes]
+  if failure is None and any(codes):
+    failure = next((index, process.returncode) for index, process in enumerate(processes) if process.returncode)
   if failure is None:
     print(f"launch_local: all {count} processes finished", flush=True)
     return 0
-  return exit_code(failure[1])
+  if all(_stopped_on_signal(process.returncode) for process in processes):
+    # SIGTERM (a preemption, the launcher's own forward) or SIGINT: each process saved its step.
+    name = signal.Signals(codes[failure[0]] - 128).name
+    print(f"launch_local: all {count} processes stopped on {name} (exit {codes[failure[0]]}) with their "
+          "step saved; rerun the same command to resume", flush=True)
+  return codes[failure[0]]
+
+
+def _stopped_on_signal(returncode: int) -> bool:
+  """A process that stopped in order on SIGTERM or SIGINT, not a failure: it exited 143 or 130 itself
+  (the scripts do, after saving), where one the signal killed outright returns -15 or -2."""
+  return returncode in (128 + signal.SIGTERM, 128 + signal.SIGINT)
 
 
 def main(argv):

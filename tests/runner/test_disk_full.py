@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import types
 
 import jax
@@ -100,3 +101,22 @@ def test_the_console_hook_drops_only_closed_loop_callbacks():
   hook(unraisable(RuntimeError("something else")))
   hook(unraisable(ValueError("Event loop is closed")))
   assert [str(u.exc_value) for u in reported] == ["something else", "Event loop is closed"]
+
+
+def test_a_write_that_fails_in_the_background_is_named_by_its_own_step(small_disk, monkeypatch):
+  """Training goes on while a step is written: the failure is met at the loop's next check (each
+  step) or the next save, and names the step that failed, not the one being saved (issue 53)."""
+  monkeypatch.setattr(logging.getLogger("absl"), "disabled", True)  # orbax's threads log the failure
+  run = small_disk / "run"
+  manager = checkpoints.checkpoint_manager(str(run))
+  _save(manager, 1)
+  _fill(small_disk, 20_000)
+  monkeypatch.setattr(checkpoint_integrity, "check_space", lambda *args: None)
+  params = jax.device_put(_random_params(CONFIG, 2))
+  checkpoints.save(manager, 2, params, OPTIMIZER.init(params), {"batches": 2})  # fails in the background
+  with pytest.raises(checkpoints.CheckpointWriteError) as error:
+    for _ in range(600):  # the training loop's check, each step
+      checkpoints.check_writes(manager)
+      time.sleep(0.05)
+    checkpoints.save(manager, 3, params, OPTIMIZER.init(params), {"batches": 3})
+  _assert_refused(error, run, 2)

@@ -275,7 +275,18 @@ def test_a_flipped_bit_in_a_checkpoint_file_is_found_and_the_run_resumes_from_th
 
 
 def test_a_run_refused_once_its_checkpoints_folder_exists_leaves_no_folder_behind(tmp_path):
+  import dataclasses  # pylint: disable=g-import-not-at-top
   from runner import configs  # pylint: disable=g-import-not-at-top
-  with pytest.raises(OSError, match="missing"):
+  checkpoints.save_params(tmp_path / "other" / "params", random_params(TINY, 5))
+  checkpoints.write_model_config(str(tmp_path / "other"), dataclasses.replace(TINY, num_heads=2 * TINY.num_heads))
+  with pytest.raises(ValueError, match="num_heads"):  # refused as it loads, after the checkpoints folder is made
+    _train_with(tmp_path / "run", configs.TrainingConfig(1), configs.CheckpointConfig(str(tmp_path / "other")))
+  assert not (tmp_path / "run").exists()
+
+
+def test_a_missing_initial_checkpoint_is_refused_before_the_run_prepares_anything(tmp_path):
+  from runner import configs  # pylint: disable=g-import-not-at-top
+  # Named by the macro: the check before the preflight and the data, not the loader's after them.
+  with pytest.raises(OSError, match=f"^INITIAL_CHECKPOINT_PATH {tmp_path / 'missing'} does not exist$"):
     _train_with(tmp_path / "run", configs.TrainingConfig(1), configs.CheckpointConfig(str(tmp_path / "missing")))
   assert not (tmp_path / "run").exists()
