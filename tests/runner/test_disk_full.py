@@ -120,3 +120,20 @@ def test_a_write_that_fails_in_the_background_is_named_by_its_own_step(small_dis
       time.sleep(0.05)
     checkpoints.save(manager, 3, params, OPTIMIZER.init(params), {"batches": 3})
   _assert_refused(error, run, 2)
+
+
+def test_a_bucket_that_stops_answering_mid_write_is_one_line_naming_the_step_and_the_path():
+  """The emulator (or the network) gone while step 40 is written: aiohttp's own words named no
+  path and no step (issue 53); the failure is the step's, with the steps kept."""
+  import aiohttp  # pylint: disable=g-import-not-at-top
+  manager = types.SimpleNamespace(directory="gs://runs/run/checkpoints", all_steps=lambda: [20])
+  with pytest.raises(checkpoints.CheckpointWriteError) as error:
+    with checkpoint_integrity.naming_write_failure(manager, 40):
+      raise aiohttp.ClientConnectionError("Cannot connect to host 127.0.0.1:4443 ssl:default")
+  assert str(error.value) == (
+      "checkpoint step 40 was not written: gs://runs/run/checkpoints: the storage service cannot be reached "
+      "(Cannot connect to host 127.0.0.1:4443 ssl:default); the steps saved before it are intact (latest: 20); "
+      "rerun the same command to resume once the storage answers")
+  with pytest.raises(KeyError):  # anything else is a bug, and keeps its traceback
+    with checkpoint_integrity.naming_write_failure(manager, 40):
+      raise KeyError("params")
