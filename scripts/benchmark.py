@@ -362,4 +362,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  console.run(main)

@@ -31,6 +31,7 @@ import urllib.request
 from absl import app
 from absl import flags
 
+from scripts import console
 from scripts import parent_death
 
 _FOLDER = flags.DEFINE_string("folder", "runs/bucket", "Where the emulator keeps its objects (and server.log).")
@@ -217,4 +218,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  console.run(main)

@@ -13,9 +13,6 @@ SCRIPTS = sorted(path.stem for path in (PROJECT_ROOT / "scripts").glob("*.py")
                  if re.search(r'^if __name__ == "__main__":', path.read_text(encoding="utf-8"), re.MULTILINE))
 # Scripts that still call absl's app.run(main) directly; their owners' files (issue 53): each
 # becomes `console.run(main)`, and then passes (strict: the mark must then go).
-STILL_APP_RUN = {"benchmark", "gcs_emulator"}
-
-
 def _first_line_of_docstring(name: str) -> str:
   text = (PROJECT_ROOT / "scripts" / f"{name}.py").read_text(encoding="utf-8")
   docstring = re.search(r'^r?"""(.*?)(?:\n|""")', text, re.MULTILINE)
@@ -27,9 +24,7 @@ def test_every_script_is_found():
   assert "gin_cli" not in SCRIPTS and "console" not in SCRIPTS
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="still absl's app.run: --help exits 1"))
-    if name in STILL_APP_RUN else name for name in SCRIPTS])
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_help_exits_0(name):
   result = subprocess.run([sys.executable, "-m", f"scripts.{name}", "--help"], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=300)
