@@ -290,3 +290,11 @@ def test_a_missing_initial_checkpoint_is_refused_before_the_run_prepares_anythin
   with pytest.raises(OSError, match=f"^INITIAL_CHECKPOINT_PATH {tmp_path / 'missing'} does not exist$"):
     _train_with(tmp_path / "run", configs.TrainingConfig(1), configs.CheckpointConfig(str(tmp_path / "missing")))
   assert not (tmp_path / "run").exists()
+
+
+def test_a_model_dir_that_is_a_file_is_refused_in_one_line_before_anything(tmp_path):
+  from runner import configs  # pylint: disable=g-import-not-at-top
+  (tmp_path / "run").write_text("notes\n")
+  with pytest.raises(ValueError, match=rf"^MODEL_DIR {tmp_path / 'run'} is a file: name a folder"):
+    _train_with(tmp_path / "run", configs.TrainingConfig(1))
+  assert (tmp_path / "run").read_text() == "notes\n"
