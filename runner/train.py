@@ -330,6 +330,9 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
     step, params, opt_state, shardings = _initialise_or_restore(
         manager, model_config, goal, optimizer, checkpoint.initial_checkpoint_path, training.seed, partitioner,
         vocabulary)
+    # A save's checksums compile with the first save; compiled now, with the rest, so that a loaded
+    # machine's slow compile is part of start-up, not a silent minute after the last step's line.
+    checkpoint_integrity.checksums(params), checkpoint_integrity.checksums(opt_state)
     # Written once the run is known to start: a refused resume leaves the run's records as they were.
     if jax.process_index() == 0:  # evaluation and inference read the architecture from here
       checkpoints.write_model_config(model_dir, model_config)
