@@ -3,7 +3,8 @@
 A parent stopped by SIGKILL (an out-of-memory kill, a test runner's timeout, a preempted VM's
 agent) runs no cleanup, so a server or a run it started would live on. Linux's parent-death signal
 (prctl PR_SET_PDEATHSIG) has the kernel send the child a signal when its parent goes; elsewhere the
-parent's own cleanup is all there is.
+parent's own cleanup is all there is. Linux's "parent" is the thread that started the child: start
+it from the main thread (or one that lives as long as the child should), or it ends with that thread.
 """
 import ctypes
 import os
