@@ -214,8 +214,15 @@ def write_bytes(path, data: bytes) -> None:
     with naming_failures(path):
       Path(path).write_bytes(data)
     return
-  try:
+  with _naming_a_full_disk(path):
     _replace_local_file(path, data)
+
+
+@contextlib.contextmanager
+def _naming_a_full_disk(path) -> Iterator[None]:
+  """A local disk or quota that is full, met while writing `path`: one line naming it."""
+  try:
+    yield
   except OSError as error:
     if error.errno not in _DISK_FULL:
       raise
@@ -262,7 +269,8 @@ def create_new(path, data: bytes) -> bool:
       except FileExistsError:
         return False
     return True
-  tmp = _write_aside(path, data)
+  with _naming_a_full_disk(path):
+    tmp = _write_aside(path, data)
   try:
     os.link(tmp, path)
     return True

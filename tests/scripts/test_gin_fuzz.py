@@ -264,8 +264,8 @@ def test_a_diverged_run_ends_in_one_line(monkeypatch, tmp_path):
 
 
 def test_a_full_disk_ends_the_run_in_one_line_naming_the_file(monkeypatch, tmp_path):
-  """The disk fills up as the run writes its first record (t5_config.json, once its parameters are
-  ready: the stub returns none): storage's one line naming the file, no temporary file left."""
+  """The disk fills up as the run writes its first file (its lease, MODEL_DIR/lease.json, taken
+  before anything else is written): storage's one line naming the file, no temporary file left."""
   from runner import train as train_lib  # pylint: disable=g-import-not-at-top
 
   def full(fd):
@@ -277,7 +277,7 @@ def test_a_full_disk_ends_the_run_in_one_line_naming_the_file(monkeypatch, tmp_p
   run = tmp_path / "run"
   code, stderr, stdout = run_command(train_script.main, TRAIN_FILES, [*SMALL, f"--gin.MODEL_DIR='{run}'"])
   assert "Traceback" not in stderr + stdout and code == 1, stderr[-3000:]
-  assert _error_paragraph(stderr) == f"error: {run / 't5_config.json'}: no space left on device", stderr[-3000:]
+  assert _error_paragraph(stderr) == f"error: {run / 'lease.json'}: no space left on device", stderr[-3000:]
   assert not [path for path in run.rglob("*") if path.name.startswith(".tmp-")], list(run.rglob("*"))
 
 
