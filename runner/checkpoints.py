@@ -84,11 +84,14 @@ def save(manager, step, params, opt_state, data_position) -> bool:
 
 
 def check_writes(manager) -> None:
-  """Raises CheckpointWriteError as soon as the step being written in the background has failed
-  (a disk that filled, a bucket gone), without waiting: a training loop calls it every step, so a
-  run stops on the failed step, not after training on to its next checkpoint."""
+  """Raises CheckpointWriteError as soon as the step written in the background has failed (a disk
+  that filled, a bucket gone), without waiting for a write in progress: a training loop calls it
+  every step, so a run stops on the failed step, not after training on to its next checkpoint.
+  (orbax keeps the failure in its finalize thread, which only `wait_until_finished` raises.)"""
+  if manager.is_saving_in_progress():
+    return
   with checkpoint_integrity.naming_write_failure(manager, manager.latest_step()):
-    manager.check_for_errors()
+    manager.wait_until_finished()  # the write has ended: this returns at once, or raises its failure
 
 
 def finish(manager) -> None:

@@ -104,8 +104,8 @@ def test_the_console_hook_drops_only_closed_loop_callbacks():
 
 
 def test_a_write_that_fails_in_the_background_is_named_by_its_own_step(small_disk, monkeypatch):
-  """Training goes on while a step is written: the failure is met at the loop's next check (each
-  step) or the next save, and names the step that failed, not the one being saved (issue 53)."""
+  """Training goes on while a step is written: the loop's check, each step, meets the failure as
+  soon as the write has ended, naming the step that failed, not a later one (issue 53)."""
   monkeypatch.setattr(logging.getLogger("absl"), "disabled", True)  # orbax's threads log the failure
   run = small_disk / "run"
   manager = checkpoints.checkpoint_manager(str(run))
@@ -115,11 +115,14 @@ def test_a_write_that_fails_in_the_background_is_named_by_its_own_step(small_dis
   params = jax.device_put(_random_params(CONFIG, 2))
   checkpoints.save(manager, 2, params, OPTIMIZER.init(params), {"batches": 2})  # fails in the background
   with pytest.raises(checkpoints.CheckpointWriteError) as error:
-    for _ in range(600):  # the training loop's check, each step
+    for _ in range(600):  # the training loop's check, each step: it raises once the write has failed
       checkpoints.check_writes(manager)
       time.sleep(0.05)
-    checkpoints.save(manager, 3, params, OPTIMIZER.init(params), {"batches": 3})
   _assert_refused(error, run, 2)
+  checkpoints.save(manager, 3, params, OPTIMIZER.init(params), {"batches": 3})  # as the same run might go on
+  with pytest.raises(checkpoints.CheckpointWriteError) as error:
+    checkpoints.finish(manager)
+  _assert_refused(error, run, 3)
 
 
 def test_a_bucket_that_stops_answering_mid_write_is_one_line_naming_the_step_and_the_path():
