@@ -8,6 +8,7 @@ from absl import app
 
 from runner import outputs
 from runner import report
+from scripts import interpreter
 from scripts.analyses.common import print_table
 import storage
 
@@ -81,7 +82,7 @@ def _check_one_model(eval_dirs: Sequence[str]) -> None:
   if len(set(mixtures.values())) > 1:
     raise ValueError("runs trained on different mixtures are not seeds of one model: "
                      + ", ".join(f"{d} ({m})" for d, m in mixtures.items())
-                     + "; a protocol's tables, each criterion from its own run: python -m scripts.heap")
+                     + f"; a protocol's tables, each criterion from its own run: {interpreter.python()} -m scripts.heap")
 
 
 def analyze(args) -> dict:
@@ -111,7 +112,7 @@ def analyze(args) -> dict:
   n = len(runs)
   print_table(report.Table(
       f"HEAP per criterion over {n} runs (Table 2): accuracy in %, mean ± std (ddof=1); each folder "
-      "one seed of one model (per-protocol tables: python -m scripts.heap)",
+      f"one seed of one model (per-protocol tables: {interpreter.python()} -m scripts.heap)",
       ("criterion", "runs", "accuracy", "Spearman"),
       [(a, e["runs"], _mean_std(e.get("pairwise_accuracy"), 100, 2),
         _mean_std(e.get("spearman"), 1, 3)) for a, e in table["criteria"].items()]))

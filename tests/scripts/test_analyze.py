@@ -13,6 +13,7 @@ import pytest
 
 from runner import outputs
 from scripts import analyze
+from scripts import interpreter
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT / "t5_tasks" / "data"
@@ -211,6 +212,7 @@ def test_heap_runs_mean_and_std_over_seeds(capsys, tmp_path):
   fv(["analyze", f"--eval_dirs={','.join(map(str, dirs))}", f"--output={output}"])
   analyze.run("heap_runs", fv)
   stdout = capsys.readouterr().out
+  assert f"(per-protocol tables: {interpreter.python()} -m scripts.heap)" in stdout, stdout  # the running Python
   table = json.loads(output.read_text())
   assert table["runs"] == [str(d) for d in dirs]
   for abbreviation, key in (("ah", "AH"), ("ag", "AG"), ("dia", "DIA"), ("dii", "DII"), ("hso", "HSO")):
