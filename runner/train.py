@@ -251,6 +251,8 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
   The mesh and its rules are `partitioner`'s (it joins the hosts of a multi-host run first).
   `training.optimizer` None is `trainer.make_optimizer()` (Adafactor, constant 1e-3).
   On SIGTERM or SIGINT the run saves a checkpoint at its step and returns preempted, with the signal.
+  The run holds `model_dir`'s lease (runner/lease.py) from its first write to its end: another
+  training into the same `model_dir` meanwhile stops in one line naming this one.
   `run_config` (the gin configuration's text) is written to `model_dir/config.gin`, the data
   files each task read to `model_dir/data_files.json`, the tasks' vocabulary and the feature
   lengths to `model_dir/model_inputs.json` (`runner.model_inputs`). The tasks' vocabulary is checked
