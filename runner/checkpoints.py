@@ -70,8 +70,7 @@ def save(manager, step, params, opt_state, data_position) -> bool:
   The `data` item also holds a checksum of every array (`checksums`), so that a restore finds
   values that changed after they were saved (a flipped bit that every file format reads).
   A step that cannot fit on a local disk is refused before a file is written (CheckpointWriteError)."""
-  with checkpoint_integrity.naming_write_failure(manager, manager.latest_step()):
-    manager.wait_until_finished()  # the previous step's bytes are on disk before space is counted
+  finish(manager)  # the previous step's bytes are on disk before space is counted
   checkpoint_integrity.check_space(manager, step, (params, opt_state))
   record = dict(data_position, step=int(step),
                 checksums={item: checkpoint_integrity.checksums(tree)
@@ -88,10 +87,8 @@ def check_writes(manager) -> None:
   that filled, a bucket gone), without waiting for a write in progress: a training loop calls it
   every step, so a run stops on the failed step, not after training on to its next checkpoint.
   (orbax keeps the failure in its finalize thread, which only `wait_until_finished` raises.)"""
-  if manager.is_saving_in_progress():
-    return
-  with checkpoint_integrity.naming_write_failure(manager, manager.latest_step()):
-    manager.wait_until_finished()  # the write has ended: this returns at once, or raises its failure
+  if not manager.is_saving_in_progress():
+    finish(manager)  # the write has ended: this returns at once, or raises its failure
 
 
 def finish(manager) -> None:

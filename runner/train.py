@@ -191,14 +191,14 @@ def _vocabulary_size(tasks) -> int | None:
   return max(sizes, default=None)
 
 
-def _check_data_record(model_dir, record: dict) -> dict:
+def _check_data_record(model_dir, record: dict, resuming: bool) -> dict:
   """Refuses to resume a run's checkpoints on other data than its data_files.json records, naming
   each differing field with both values, before anything compiles or is written: the batches
   after the checkpoint would come from another stream. Files are compared by content, so a run
   copied elsewhere with its data resumes; fields a record predates are not compared. Returns the
-  record of the run resumed ({} for a new run)."""
+  record of the run resumed ({} for a new run; `resuming`: MODEL_DIR holds a checkpoint step)."""
   layout = run_dir.RunDir(model_dir)
-  if not storage.exists(layout.data_files) or not any(n.isdigit() for n in storage.list_names(layout.checkpoints)):
+  if not resuming or not storage.exists(layout.data_files):
     return {}
   recorded = json.loads(storage.read_text(layout.data_files))
   changed = data.identity_differences(data.content_identity(recorded), data.content_identity(record),
@@ -316,7 +316,7 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
       _print_mixture(dataset.mixture_or_task_name, dataset.split)
       data.require_examples(tasks, dataset.split)
       data_record = _data_record(dataset.mixture_or_task_name, dataset.split, tasks)
-      recorded = _check_data_record(model_dir, data_record)
+      recorded = _check_data_record(model_dir, data_record, resuming)
       # What the feature lengths cut of each task, printed and kept in data_files.json (issue 48).
       data_record["truncation"] = data.training_truncation(tasks, dataset, candidates=goal.candidates,
                                                            recorded=recorded.get("truncation"))
