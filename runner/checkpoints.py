@@ -135,6 +135,18 @@ def restore_readable(manager, abstract_params, abstract_opt_state):
   return None, damaged
 
 
+def restore_latest(manager, abstract_params, abstract_opt_state):
+  """`restore_readable`'s result (None: no step), each later, damaged step set aside (so that the
+  run saves that step again when it reaches it) and named in a line."""
+  restored, damaged = restore_readable(manager, abstract_params, abstract_opt_state)
+  moved = checkpoint_integrity.set_aside(manager, [error.step for error in damaged])
+  for error, path in zip(damaged, moved):
+    if jax.process_index() == 0:
+      print(f"checkpoint step {error.step} in {manager.directory} is unreadable ({error.damage}); "
+            f"resuming from step {restored[0]} (step {error.step} kept as {path.name})", flush=True)
+  return restored
+
+
 def save_params(directory, params):
   """Writes a params-only orbax checkpoint (the format INITIAL_CHECKPOINT_PATH and evaluation read)."""
   checkpointer = ocp.StandardCheckpointer()

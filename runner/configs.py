@@ -127,3 +127,46 @@ class SamplingConfig:
   temperature: float = 1.0
   seed: int = 0
   reward_checkpoint_path: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+  """Reinforcement learning against a reward model (runner/ppo.py; Stiennon et al. 2020, appendix
+  B.1; gin/runs/ppo.gin's macros).
+
+  Attributes:
+    policy_checkpoint_path: the supervised policy: the policy starts from it, and the KL penalty
+      is measured from it (it stays frozen).
+    reward_checkpoint_path: the reward model (normalised: scripts.normalize_reward or a reward
+      run's MODEL_DIR/normalized). None only with a programmatic reward handed to `ppo.train`.
+    value_checkpoint_path: where the value function starts; None: the reward model (B.1), or,
+      without one, the policy's network with a new head.
+    kl_coefficient: beta, the KL penalty's weight per token (B.1: 0.05); the start value when
+      `kl_target` is set.
+    kl_target: None keeps beta fixed (the paper's runs); a number of nats adapts beta towards it
+      (Ziegler et al. 2019's controller) over `kl_horizon` episodes.
+    kl_horizon: episodes over which the adaptive controller closes the gap.
+    epochs: optimisation passes over each batch of rollouts (B.1: 4).
+    minibatches: minibatches per epoch (1: each pass is one step on the whole batch).
+    gamma, lam: generalised advantage estimation's discount and lambda (B.1: 1 and 0.95).
+    clip_range: PPO's ratio clip; value_clip_range: the value's clip around its rollout value.
+    value_coefficient: the value loss's weight beside the policy loss.
+    temperature: the rollouts' sampling temperature; log-probabilities, ratios and KL are those of
+      the logits divided by it.
+    best_of_n_max: the largest N of the best-of-N the end-of-run comparison draws.
+  """
+  policy_checkpoint_path: str
+  reward_checkpoint_path: str | None = None
+  value_checkpoint_path: str | None = None
+  kl_coefficient: float = 0.05
+  kl_target: float | None = None
+  kl_horizon: int = 10000
+  epochs: int = 4
+  minibatches: int = 1
+  gamma: float = 1.0
+  lam: float = 0.95
+  clip_range: float = 0.2
+  value_clip_range: float = 0.2
+  value_coefficient: float = 0.1
+  temperature: float = 0.7
+  best_of_n_max: int = 64

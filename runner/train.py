@@ -79,15 +79,9 @@ def _initialise_or_restore(manager, config, goal, optimizer, initial_checkpoint_
   params_shardings = partitioner.param_shardings(abstract_params, config)
   opt_shardings = partitioner.opt_state_shardings(optimizer, abstract_params, params_shardings)
   shardings = (params_shardings, opt_shardings)
-  restored, damaged = checkpoints.restore_readable(
+  restored = checkpoints.restore_latest(
       manager, partitioning.with_shardings(abstract_params, params_shardings),
       partitioning.with_shardings(jax.eval_shape(optimizer.init, abstract_params), opt_shardings))
-  # Set aside, so that the run can save those steps again when it reaches them.
-  moved = checkpoint_integrity.set_aside(manager, [error.step for error in damaged])
-  for error, path in zip(damaged, moved):
-    if jax.process_index() == 0:
-      print(f"checkpoint step {error.step} in {manager.directory} is unreadable ({error.damage}); "
-            f"resuming from step {restored[0]} (step {error.step} kept as {path.name})", flush=True)
   if restored:
     step, params, opt_state, _ = restored  # the data position is the step: one batch per step
     return step, params, opt_state, shardings
@@ -101,7 +95,9 @@ def _initialise_or_restore(manager, config, goal, optimizer, initial_checkpoint_
   return 0, params, jax.jit(optimizer.init, out_shardings=opt_shardings)(params), shardings
 
 
-def _metric_writer(model_dir):
+def metric_writer(model_dir):
+  """clu's TensorBoard writer of MODEL_DIR/train (process 0 writes; others log), or None where
+  TensorFlow is missing or cannot reach the run's storage (metrics then go to the console only)."""
   try:
     from clu import metric_writers  # pylint: disable=g-import-not-at-top
   except ImportError as error:  # clu's TensorBoard writer needs TensorFlow, which a GPU machine may lack
@@ -185,7 +181,7 @@ def _data_record(name, split, tasks) -> dict:
   return json.loads(json.dumps(record))
 
 
-def _vocabulary_size(tasks) -> int | None:
+def vocabulary_size(tasks) -> int | None:
   """The most ids any output feature of the training tasks' vocabularies has (None: no tasks)."""
   sizes = [feature.vocabulary.vocab_size for task in tasks for feature in task.output_features.values()]
   return max(sizes, default=None)
@@ -211,14 +207,14 @@ def _check_data_record(model_dir, record: dict, resuming: bool) -> dict:
   return recorded
 
 
-def _remove_empty(folders) -> None:
+def remove_empty(folders) -> None:
   """Deletes each local folder of `folders` that holds nothing (a bucket has no empty folders)."""
   for folder in folders:
     if not storage.is_bucket(folder) and storage.is_dir(folder) and not storage.list_names(folder):
       storage.remove_tree(folder)
 
 
-def _log_interval(log_every: int, train_steps: int) -> int:
+def log_interval(log_every: int, train_steps: int) -> int:
   """Steps between progress lines: LOG_EVERY, or a tenth of a shorter run (a report every 10%)."""
   return max(1, min(log_every, train_steps // 10))
 
@@ -295,7 +291,7 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
   tasks = data.tasks_with_split(dataset.mixture_or_task_name, dataset.split) if from_tasks else []
   check_settings(train_steps=training.steps, batch_size=dataset.batch_size,
                  accumulation_steps=training.accumulation_steps, data_axis=partitioner.batch_blocks(),
-                 model_config=model_config, vocabulary_size=_vocabulary_size(tasks),
+                 model_config=model_config, vocabulary_size=vocabulary_size(tasks),
                  checkpoint_every=checkpoint.every, keep_checkpoints=checkpoint.keep, log_every=training.log_every)
   checkpoints.check_run_model(model_dir, model_config)
   layout = run_dir.RunDir(model_dir)
@@ -357,7 +353,7 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
       batches = data.train_batches(dataset.mixture_or_task_name, dataset.task_feature_lengths, dataset.batch_size,
                                    candidates=goal.candidates, split=dataset.split, seed=dataset.seed,
                                    start_step=step, use_cached=dataset.use_cached)
-    writer = _metric_writer(model_dir)
+    writer = metric_writer(model_dir)
     # MFU on the progress line where the devices' peak is published (none on a CPU); candidate batches'
     # decoder rows vary with each item's candidates, so those objectives print none.
     lengths = dataset.task_feature_lengths
@@ -368,7 +364,7 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
     progress = Progress("step", train_steps, "steps", flops_per_unit=step_flops, peak_flops=peak)
     progress.done = step
     pending, last_metrics, preempted, saved_step = [], {}, False, step
-    log_interval = _log_interval(training.log_every, train_steps)
+    every_log = log_interval(training.log_every, train_steps)
     def check_finite():
       """Raises on a non-finite loss, gradient or parameter norm among the steps not yet checked."""
       for pending_step, metrics in jax.device_get(pending):
@@ -416,7 +412,7 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
         checkpoints.check_writes(manager)  # a checkpoint that failed in the background stops the run now
         step += 1
         progress.advance(1, _real_tokens(batch))
-        if step % log_interval == 0 or step == train_steps:
+        if step % every_log == 0 or step == train_steps:
           last_metrics = log(metrics)
         if guard.should_stop(step):
           preempted = True
@@ -445,4 +441,4 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
     if lease is not None:
       lease.release()
     if jax.process_index() == 0:
-      _remove_empty(reversed(created))  # a refused run leaves no empty folder of its own behind
+      remove_empty(reversed(created))  # a refused run leaves no empty folder of its own behind
