@@ -41,8 +41,17 @@ def nucleus_mask(logits, top_p):
   return (probs >= as_float(edge)) | (probs >= largest[..., None]) | (top_p >= 1.0)
 
 
+def without_padding(logits):
+  """Logits [..., vocab] with id 0 (T5's padding and decoder start) impossible: a response holds
+  no padding before its EOS, or everything after would read it as ended there (a random or barely
+  trained model gives id 0 as much mass as any other). Finite, so that a log-probability times its
+  probability is 0 there, not NaN."""
+  return logits.at[..., 0].set(-1e9)
+
+
 def choose_tokens(logits, rng, *, temperature, top_p, greedy):
-  """Next tokens [N] from logits [N, vocab]."""
+  """Next tokens [N] from logits [N, vocab]; never id 0 (`without_padding`)."""
+  logits = without_padding(logits.astype(jnp.float32))
   if greedy:
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
   scaled = logits.astype(jnp.float32) / jnp.maximum(temperature, 1e-6)

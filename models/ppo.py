@@ -19,6 +19,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from models import decoding
 from models.config import T5Config
 from models.network import Transformer, shift_right
 from models import reward as reward_lib
@@ -30,10 +31,10 @@ def response_mask(response_ids):
 
 
 def next_token_log_probs(config: T5Config, params, input_ids, response_ids, temperature=1.0):
-  """log pi(. | s_t) [B, T, vocab], from the logits divided by `temperature`: the distribution the
-  sampler draws from, so that ratios and KL are the sampler's."""
+  """log pi(. | s_t) [B, T, vocab], from the logits divided by `temperature`, padding excluded:
+  the distribution `models.decoding.sample` draws from, so that ratios and KL are the sampler's."""
   logits = Transformer(config).apply({"params": params}, input_ids, shift_right(response_ids))
-  return jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
+  return jax.nn.log_softmax(decoding.without_padding(logits.astype(jnp.float32)) / temperature, axis=-1)
 
 
 def chosen_and_entropy(log_probs, response_ids):

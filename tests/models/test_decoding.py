@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from models.checkpoint_import import load_hf_t5
-from models.decoding import choose_tokens, nucleus_mask, sample
+from models.decoding import choose_tokens, nucleus_mask, sample, without_padding
 from models.network import Transformer, init_cache, shift_right
 from tests.models.hf_reference import make_hf_t5, random_ids
 
@@ -109,7 +109,9 @@ def test_nucleus_never_leaves_top_p_set(logits, top_p, seed):
   assert set(np.flatnonzero(mask)) <= allowed | _ties_at_edge(logits, allowed)
   draws = _jitted_choose_tokens(jnp.broadcast_to(jnp.asarray(logits), (64, len(logits))),
                                 jax.random.PRNGKey(seed), temperature=1.0, top_p=top_p, greedy=False)
-  assert set(np.asarray(draws).tolist()) <= set(np.flatnonzero(mask))
+  # The sampler never draws id 0 (padding): its top-p set is that of the other ids.
+  kept = np.asarray(_jitted_nucleus_mask(without_padding(jnp.asarray(logits)[None]), top_p))[0]
+  assert 0 not in kept.nonzero()[0] and set(np.asarray(draws).tolist()) <= set(np.flatnonzero(kept))
 
 
 @pytest.mark.parametrize("top_p", [0.0, 0.3, 0.9, 0.999, 1.0])

@@ -226,3 +226,42 @@ def test_a_reference_filter_that_leaves_nothing_is_refused_before_the_first_step
   assert result.stderr.strip().splitlines()[-1] == (
       "error: summarize_feedback_sft: t5_tasks.families.reference_filter (512, 40, 48) leaves no reference: "
       "12 references (6 from comparisons), filtered out 12; summary under 40 tokens: 12")
+
+
+def test_the_ppo_recipe_trains_the_supervised_policy_against_the_normalised_reward_model(recipes, tmp_path):
+  """Appendix B.1's third stage on the quickstart: the policy starts from sft/, the value function
+  from the normalised reward model; two steps of 4 rollouts, then the comparison with best-of-N on
+  the three test posts."""
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  from runner import ppo  # pylint: disable=g-import-not-at-top
+  directory = recipes[0]
+  model_dir = tmp_path / "ppo"
+  stdout = _succeeds("ppo", [
+      TINY, "--gin_file=gin/runs/ppo.gin", f"--gin_file={RECIPES}/ppo.gin", f"--gin.MODEL_DIR='{model_dir}'",
+      f"--gin.POLICY_CHECKPOINT_PATH='{directory}/sft'", f"--gin.REWARD_CHECKPOINT_PATH='{directory}/rm/normalized'",
+      f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {INPUT_LENGTH}, 'targets': {MAX_LENGTH}}}", "--gin.BATCH_SIZE=4",
+      "--gin.TRAIN_STEPS=2", "--gin.BEST_OF_N_MAX=4"])
+  assert stdout.splitlines()[-1] == "stopped at step 2"
+  for step in (1, 2):
+    assert re.search(rf"^step {step}/2  reward [-+0-9.]+  KL [0-9.]+  beta 0.05  entropy [0-9.]+  value loss "
+                     r"[0-9.]+  clip fraction [0-9.]+", stdout, re.MULTILINE), stdout[-2000:]
+  record = json.loads((model_dir / ppo.COMPARISON_FILE).read_text())
+  assert ppo.comparison_line(record) in stdout and (model_dir / "report.html").exists()
+  assert record["prompts"] == 3 and record["temperature"] == 0.7 and 1 <= record["best_of_n"]["n"] <= 4
+  saved = ocp.StandardCheckpointer().restore(str(model_dir / "checkpoints" / "2" / "params"))
+  _, policy = checkpoints.load_params(str(directory / "sft"))
+  _, reward_model = checkpoints.load_params(str(directory / "rm" / "normalized"))
+  assert set(saved) == {"policy", "value"} and reward_lib.HEAD not in saved["policy"]
+  assert saved["value"].keys() == reward_model.keys()  # B.1: the value function is the reward model's network
+  moved = [not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(saved["policy"]), jax.tree.leaves(policy))]
+  assert any(moved)
+  config = (model_dir / "config.gin").read_text()
+  assert "KL_COEFFICIENT = 0.05" in config and "LAMBDA = 0.95" in config and "PPO_EPOCHS = 4" in config
+
+
+def test_the_ppo_recipe_runs_the_papers_million_episodes():
+  # B.1: batch 512 for the 1.3B policy, "run for 1 million episodes".
+  recipe = open(f"{RECIPES}/ppo.gin", encoding="utf-8").read()
+  batch = int(re.search(r"^BATCH_SIZE = (\d+)", recipe, re.MULTILINE).group(1))
+  steps = int(re.search(r"^TRAIN_STEPS = (\d+)", recipe, re.MULTILINE).group(1))
+  assert batch == 512 and steps == 1_000_000 // batch
