@@ -132,8 +132,10 @@ def load_models(ppo: configs.PPOConfig, model_config: T5Config, partitioner: par
   return Models(policy_config, reference, value_config, initial_value, score, reward_params)
 
 
-def make_rollout(models: Models, ppo: configs.PPOConfig, *, max_length: int, seed: int, eos_id: int = 1):
-  """rollout(params, input_ids, step, kl_coefficient) -> (batch for `make_update`, statistics)."""
+def make_rollout(models: Models, ppo: configs.PPOConfig, partitioner: partitioning.Partitioner, *, max_length: int,
+                 seed: int, eos_id: int = 1):
+  """rollout(params, input_ids, step, kl_coefficient) -> (batch for `make_update`, statistics):
+  the batch's rows split over the data axis as the prompts' are, the statistics replicated."""
   temperature = ppo.temperature
 
   def rollout(params, reference, reward_params, input_ids, step, kl_coefficient):
@@ -161,7 +163,8 @@ def make_rollout(models: Models, ppo: configs.PPOConfig, *, max_length: int, see
                   "unfinished": jnp.mean(~jnp.any(responses == eos_id, axis=-1))}
     return batch, statistics
 
-  jitted = jax.jit(rollout)
+  jitted = jax.jit(rollout, out_shardings=(partitioner.batch_sharding(),
+                                            NamedSharding(partitioner.mesh, PartitionSpec())))
   return lambda params, input_ids, step, kl_coefficient: jitted(
       params, models.reference, models.reward_params, input_ids, jnp.asarray(step, jnp.int32),
       jnp.asarray(kl_coefficient, jnp.float32))
@@ -368,7 +371,7 @@ def train(*, model_config: T5Config, prompts: configs.DatasetConfig | train_lib.
 
     max_length = dataset.task_feature_lengths["targets"]
     eos_id = 1
-    rollout = make_rollout(models, ppo, max_length=max_length, seed=training.seed, eos_id=eos_id)
+    rollout = make_rollout(models, ppo, partitioner, max_length=max_length, seed=training.seed, eos_id=eos_id)
     update = make_update(models, ppo, optimizer, partitioner, params_shardings, opt_shardings, seed=training.seed)
     if from_tasks:
       batches = data.train_batches(dataset.mixture_or_task_name, dataset.task_feature_lengths, dataset.batch_size,

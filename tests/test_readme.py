@@ -323,6 +323,9 @@ def run_with_tiny_settings(ws: Workspace, command: str, shell_first: str = "") -
     extra.append(f"--gin.TRAIN_STEPS={TINY_STEPS}")
   if " scripts.train" in command or " scripts.evaluate" in command:
     extra += QUICKSTART_SHAPES
+  if " scripts.ppo" in command:  # rollouts are sampled token by token: a short response, a few prompts
+    extra += [f"--gin.TRAIN_STEPS={TINY_STEPS}", "--gin.BATCH_SIZE=4", "--gin.BEST_OF_N_MAX=4",
+              "--gin.TASK_FEATURE_LENGTHS={'inputs': 256, 'targets': 16}"]
   command = ws.localise(command) + "".join(f" {shlex.quote(arg)}" for arg in extra)
   return ws.run(f"{shell_first}\n{command}" if shell_first else command)
 
@@ -406,6 +409,25 @@ def check_training(ws: Workspace, command: str, result, steps: int = TINY_STEPS)
   assert (model_dir / "checkpoints" / str(steps)).is_dir(), sorted(p.name for p in model_dir.iterdir())
   assert (model_dir / "t5_config.json").is_file() and (model_dir / "config.gin").is_file()
   assert list(model_dir.glob("**/events.out.tfevents.*")), "no TensorBoard summaries"
+
+
+def check_ppo(ws: Workspace, command: str, result) -> None:
+  """A progress line per step with reward and KL, the checkpoint, TensorBoard, and the comparison
+  with best-of-N printed as ppo_comparison.json records it."""
+  assert_ran(result)
+  assert not LIBRARY_LOG_LINE.search(result.stderr), result.stderr[-3000:]
+  assert result.stdout.splitlines()[-1] == f"stopped at step {TINY_STEPS}", result.stdout[-2000:]
+  steps = re.findall(r"^step (\d+)/\d+  reward ([-+0-9.]+)  KL ([0-9.]+)  beta ", result.stdout, re.M)
+  assert [int(step) for step, _, _ in steps] == list(range(1, TINY_STEPS + 1)), result.stdout[-2000:]
+  model_dir = ws.path(gin_value(command, "MODEL_DIR"))
+  assert (model_dir / "checkpoints" / str(TINY_STEPS)).is_dir(), sorted(p.name for p in model_dir.iterdir())
+  assert list(model_dir.glob("train/events.out.tfevents.*")), "no TensorBoard summaries"
+  record = json.loads((model_dir / "ppo_comparison.json").read_text())
+  best, ppo = record["best_of_n"], record["ppo"]
+  assert (f"PPO reward {ppo['reward']:+.4f} at KL {ppo['kl']:.3f} nats; best-of-{best['n']} reward "
+          f"{best['reward']:+.4f}") in result.stdout, result.stdout[-2000:]
+  assert math.isclose(best["kl"], math.log(best["n"]) - (best["n"] - 1) / best["n"], abs_tol=1e-9)
+  assert (model_dir / "report.html").is_file()
 
 
 def group_members(group: str) -> set[str]:
@@ -942,6 +964,8 @@ CASES = [
     Case("python -m scripts.train", "tiny steps", check_training, run=run_with_tiny_settings,
          reads=AFTER_THE_DEMO),
     Case("python -m scripts.evaluate", "quickstart shapes", check_evaluation, run=run_with_tiny_settings),
+    Case("python -m scripts.ppo", "tiny steps, 4 prompts, 16-token responses, on the runs the page trains first",
+         check_ppo, run=run_with_tiny_settings),
     Case(HEAP_TRAIN, "tiny steps, quickstart shapes, no accumulation", check_heap_training, run=run_heap_training,
          reads=AFTER_THE_DEMO),
     Case(HEAP_EVALUATE, "quickstart shapes, on the HEAP run", check_heap_evaluation, run=run_heap_evaluation),

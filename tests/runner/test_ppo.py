@@ -21,6 +21,7 @@ from tests.helpers.processes import script_env
 from tests.runner import ppo_toy
 
 STEPS = 40
+KILLED_STEPS = 6
 LINE = re.compile(r"step (\d+)/\d+  reward ([-+0-9.]+)  KL ([-0-9.]+)  beta ([0-9.e-]+)")
 
 
@@ -77,39 +78,66 @@ def test_the_comparison_with_best_of_n_recomputes_independently(toy_run):
   assert record["best_of_n"]["reward"] >= record["supervised"]["reward"]
 
 
-def test_a_killed_run_resumed_reaches_the_parameters_of_an_uninterrupted_one(tmp_path, compilation_cache):
+def _toy_command(directory, steps, *options):
+  return [sys.executable, "-m", "tests.runner.ppo_toy", str(directory / "run"), str(steps), *options]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, compilation_cache):
+  """(final parameters, stdout) of KILLED_STEPS steps on one device, never interrupted."""
+  whole = tmp_path_factory.mktemp("whole")
+  done = subprocess.run(_toy_command(whole, KILLED_STEPS), cwd=PROJECT_ROOT, env=script_env(compilation_cache),
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  with np.load(whole / "final.npz") as params:
+    return dict(params), done.stdout
+
+
+def test_a_killed_run_resumed_reaches_the_parameters_of_an_uninterrupted_one(tmp_path, compilation_cache,
+                                                                            uninterrupted):
   env = script_env(compilation_cache)
-  steps, pause_at = 6, 4
-
-  def command(directory, *more):
-    return [sys.executable, "-m", "tests.runner.ppo_toy", str(directory / "run"), str(steps), *map(str, more)]
-
-  killed = tmp_path / "killed"
-  killed.mkdir()
-  process = subprocess.Popen(command(killed, pause_at), cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+  pause_at = 4
+  process = subprocess.Popen(_toy_command(tmp_path, KILLED_STEPS, f"--pause_at={pause_at}"), cwd=PROJECT_ROOT,
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   try:
     deadline = time.monotonic() + 300
-    while not (killed / "paused").exists():
+    while not (tmp_path / "paused").exists():
       assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()[-3000:]
       time.sleep(0.2)
     process.send_signal(signal.SIGKILL)  # no chance to save: the rerun resumes from what was on disk
   finally:
     process.kill()
     process.wait()
-  resumed = subprocess.run(command(killed), cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)
+  resumed = subprocess.run(_toy_command(tmp_path, KILLED_STEPS), cwd=PROJECT_ROOT, env=env, capture_output=True,
+                           text=True, timeout=300)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   match = re.search(r"resuming from the checkpoint of step (\d+)", resumed.stdout)
   assert match and 1 <= int(match.group(1)) <= pause_at, resumed.stdout[-2000:]
-  whole = tmp_path / "whole"
-  whole.mkdir()
-  uninterrupted = subprocess.run(command(whole), cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
-                                 timeout=300)
-  assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
-  with np.load(killed / "final.npz") as after_kill, np.load(whole / "final.npz") as straight:
-    assert sorted(after_kill.files) == sorted(straight.files)
-    assert any(name.startswith("value/reward_head") for name in straight.files)
-    for name in straight.files:
-      np.testing.assert_array_equal(after_kill[name], straight[name], err_msg=name)
+  straight, straight_stdout = uninterrupted
+  with np.load(tmp_path / "final.npz") as after_kill:
+    assert sorted(after_kill.files) == sorted(straight)
+    assert any(name.startswith("value/reward_head") for name in straight)
+    for name, value in straight.items():
+      np.testing.assert_array_equal(after_kill[name], value, err_msg=name)
   # The KL coefficient the controller had reached came back with the checkpoint (the last lines agree).
-  assert resumed.stdout.splitlines()[-1] == uninterrupted.stdout.splitlines()[-1]
+  assert resumed.stdout.splitlines()[-1] == straight_stdout.splitlines()[-1]
+
+
+def test_two_hosts_on_a_data_and_model_mesh_reach_the_single_device_parameters(tmp_path, compilation_cache,
+                                                                               uninterrupted):
+  """scripts.launch_local: 2 processes x 2 CPU devices over gloo, mesh (data 2, model 2), the
+  policy and value function split over `model` and the rollouts over `data`."""
+  ppo_toy.policy_checkpoint(tmp_path)  # written once here: the processes then touch no device before joining
+  command = [sys.executable, "-m", "scripts.launch_local", "--num_processes=2", "--devices_per_process=2", "--",
+             *_toy_command(tmp_path, KILLED_STEPS, "--mesh=2,2")[1:]]
+  done = subprocess.run(command, cwd=PROJECT_ROOT, env=script_env(compilation_cache), capture_output=True, text=True,
+                        timeout=400)
+  assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+  assert re.search(r"^\[0\] step 6/6  reward ", done.stdout, re.MULTILINE), done.stdout[-2000:]
+  straight, _ = uninterrupted
+  with np.load(tmp_path / "final.npz") as pod:
+    for name, value in straight.items():
+      # The same sums in another order: float32 rounding (1e-7 in most leaves), not another
+      # trajectory; Adam divides a near-zero gradient by its own size, so a parameter whose gradient
+      # rounded differently moves by another fraction of the learning rate (1e-3): up to ~1e-5.
+      np.testing.assert_allclose(pod[name], value, rtol=0, atol=2e-4, err_msg=name)

@@ -265,3 +265,17 @@ def test_the_ppo_recipe_runs_the_papers_million_episodes():
   batch = int(re.search(r"^BATCH_SIZE = (\d+)", recipe, re.MULTILINE).group(1))
   steps = int(re.search(r"^TRAIN_STEPS = (\d+)", recipe, re.MULTILINE).group(1))
   assert batch == 512 and steps == 1_000_000 // batch
+
+
+def test_ppo_refuses_a_reward_checkpoint_without_a_head_in_one_line(recipes, tmp_path):
+  directory = recipes[0]
+  model_dir = tmp_path / "ppo"
+  result = _command("ppo", [
+      TINY, "--gin_file=gin/runs/ppo.gin", f"--gin_file={RECIPES}/ppo.gin", f"--gin.MODEL_DIR='{model_dir}'",
+      f"--gin.POLICY_CHECKPOINT_PATH='{directory}/sft'", f"--gin.REWARD_CHECKPOINT_PATH='{directory}/sft'",
+      f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {INPUT_LENGTH}, 'targets': {MAX_LENGTH}}}", "--gin.BATCH_SIZE=4",
+      "--gin.TRAIN_STEPS=2"])
+  assert result.code == 1 and not model_dir.exists()
+  assert result.stderr.strip().splitlines() == [
+      f"error: REWARD_CHECKPOINT_PATH {directory}/sft has no 'reward_head': train it with OBJECTIVE='pairwise' "
+      "or 'listwise'"]
