@@ -1,5 +1,5 @@
-"""ASQ (Ousidhoum et al.): which of two questions a narrator asked, with the pair types of the human
-annotation rounds (Table 4's rows).
+"""ASQ (Fu, Chang & Danescu-Niculescu-Mizil 2019, NAACL): which of two questions a narrator asked,
+with the pair types of the human annotation rounds (Table 4's rows).
 
 Splits (§5, "Baseline systems performance"): `train` and `test` (the 8,865-2,500 split);
 `annotation`, the 500 instances set aside for the human rounds (`asq_annotation.json`), so that
