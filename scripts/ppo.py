@@ -9,32 +9,19 @@ checkpoint in MODEL_DIR. Exit codes as scripts.train's: 0 when TRAIN_STEPS are d
 setting or input the run cannot use; 130 after Ctrl-C and 143 after SIGTERM, both having saved a
 checkpoint at the step reached.
 """
-import signal
-import sys
 from typing import Sequence
 
 import gin
 
 from runner import ppo as ppo_lib
 from scripts import gin_cli
-from scripts import recorded_inputs
+from scripts import train as train_script
 
 
 def main(argv: Sequence[str]) -> None:
   gin_cli.start(argv)
-  # A resumed run keeps its own vocabulary; a new one takes its supervised policy's.
-  model_dir = recorded_inputs.macro_value("MODEL_DIR")
-  if recorded_inputs.follow(model_dir, f"MODEL_DIR {model_dir}") is None:
-    policy = recorded_inputs.macro_value("POLICY_CHECKPOINT_PATH")
-    recorded_inputs.follow(policy, f"POLICY_CHECKPOINT_PATH {policy}")
-  result = gin.get_configurable(ppo_lib.train)(run_config=gin.config_str())
-  if result.signal_number is None:
-    print(f"stopped at step {result.step}", flush=True)
-    return
-  name = signal.Signals(result.signal_number).name
-  print(f"{name}: saved the checkpoint of step {result.step} in {gin.query_parameter('%MODEL_DIR')}; "
-        "rerun the same command to resume", flush=True)
-  sys.exit(gin_cli.EXIT_SIGINT if result.signal_number == signal.SIGINT else gin_cli.EXIT_SIGTERM)
+  train_script.follow_recorded_inputs("POLICY_CHECKPOINT_PATH")
+  train_script.finish(gin.get_configurable(ppo_lib.train)(run_config=gin.config_str()))
 
 
 if __name__ == "__main__":

@@ -23,14 +23,18 @@ from scripts import gin_cli
 from scripts import recorded_inputs
 
 
-def main(argv: Sequence[str]) -> None:
-  gin_cli.start(argv)
-  # A resumed run keeps its own vocabulary; a new one takes its initial checkpoint's.
+def follow_recorded_inputs(start_macro: str) -> None:
+  """A resumed run keeps its own vocabulary; a new one takes that of the checkpoint it starts from
+  (the gin macro `start_macro`)."""
   model_dir = recorded_inputs.macro_value("MODEL_DIR")
   if recorded_inputs.follow(model_dir, f"MODEL_DIR {model_dir}") is None:
-    initial = recorded_inputs.macro_value("INITIAL_CHECKPOINT_PATH")
-    recorded_inputs.follow(initial, f"INITIAL_CHECKPOINT_PATH {initial}")
-  result = gin.get_configurable(train_lib.train)(run_config=gin.config_str())
+    start = recorded_inputs.macro_value(start_macro)
+    recorded_inputs.follow(start, f"{start_macro} {start}")
+
+
+def finish(result) -> None:
+  """`stopped at step N`; or, for a run a signal stopped, the line saying where its checkpoint is
+  and the exit code 130 (SIGINT) or 143 (SIGTERM)."""
   if result.signal_number is None:
     print(f"stopped at step {result.step}", flush=True)
     return
@@ -38,6 +42,12 @@ def main(argv: Sequence[str]) -> None:
   print(f"{name}: saved the checkpoint of step {result.step} in {gin.query_parameter('%MODEL_DIR')}; "
         "rerun the same command to resume", flush=True)
   sys.exit(gin_cli.EXIT_SIGINT if result.signal_number == signal.SIGINT else gin_cli.EXIT_SIGTERM)
+
+
+def main(argv: Sequence[str]) -> None:
+  gin_cli.start(argv)
+  follow_recorded_inputs("INITIAL_CHECKPOINT_PATH")
+  finish(gin.get_configurable(train_lib.train)(run_config=gin.config_str()))
 
 
 if __name__ == "__main__":

@@ -228,6 +228,14 @@ def test_a_reference_filter_that_leaves_nothing_is_refused_before_the_first_step
       "12 references (6 from comparisons), filtered out 12; summary under 40 tokens: 12")
 
 
+def _ppo(model_dir, policy, reward_model, *more) -> list[str]:
+  """ppo.gin's command line: two steps of 4 rollouts of MAX_LENGTH tokens."""
+  return [TINY, "--gin_file=gin/runs/ppo.gin", f"--gin_file={RECIPES}/ppo.gin", f"--gin.MODEL_DIR='{model_dir}'",
+          f"--gin.POLICY_CHECKPOINT_PATH='{policy}'", f"--gin.REWARD_CHECKPOINT_PATH='{reward_model}'",
+          f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {INPUT_LENGTH}, 'targets': {MAX_LENGTH}}}", "--gin.BATCH_SIZE=4",
+          "--gin.TRAIN_STEPS=2", *more]
+
+
 def test_the_ppo_recipe_trains_the_supervised_policy_against_the_normalised_reward_model(recipes, tmp_path):
   """Appendix B.1's third stage on the quickstart: the policy starts from sft/, the value function
   from the normalised reward model; two steps of 4 rollouts, then the comparison with best-of-N on
@@ -236,11 +244,7 @@ def test_the_ppo_recipe_trains_the_supervised_policy_against_the_normalised_rewa
   from runner import ppo  # pylint: disable=g-import-not-at-top
   directory = recipes[0]
   model_dir = tmp_path / "ppo"
-  stdout = _succeeds("ppo", [
-      TINY, "--gin_file=gin/runs/ppo.gin", f"--gin_file={RECIPES}/ppo.gin", f"--gin.MODEL_DIR='{model_dir}'",
-      f"--gin.POLICY_CHECKPOINT_PATH='{directory}/sft'", f"--gin.REWARD_CHECKPOINT_PATH='{directory}/rm/normalized'",
-      f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {INPUT_LENGTH}, 'targets': {MAX_LENGTH}}}", "--gin.BATCH_SIZE=4",
-      "--gin.TRAIN_STEPS=2", "--gin.BEST_OF_N_MAX=4"])
+  stdout = _succeeds("ppo", _ppo(model_dir, f"{directory}/sft", f"{directory}/rm/normalized", "--gin.BEST_OF_N_MAX=4"))
   assert stdout.splitlines()[-1] == "stopped at step 2"
   for step in (1, 2):
     assert re.search(rf"^step {step}/2  reward [-+0-9.]+  KL [0-9.]+  beta 0.05  entropy [0-9.]+  value loss "
@@ -270,11 +274,7 @@ def test_the_ppo_recipe_runs_the_papers_million_episodes():
 def test_ppo_refuses_a_reward_checkpoint_without_a_head_in_one_line(recipes, tmp_path):
   directory = recipes[0]
   model_dir = tmp_path / "ppo"
-  result = _command("ppo", [
-      TINY, "--gin_file=gin/runs/ppo.gin", f"--gin_file={RECIPES}/ppo.gin", f"--gin.MODEL_DIR='{model_dir}'",
-      f"--gin.POLICY_CHECKPOINT_PATH='{directory}/sft'", f"--gin.REWARD_CHECKPOINT_PATH='{directory}/sft'",
-      f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {INPUT_LENGTH}, 'targets': {MAX_LENGTH}}}", "--gin.BATCH_SIZE=4",
-      "--gin.TRAIN_STEPS=2"])
+  result = _command("ppo", _ppo(model_dir, f"{directory}/sft", f"{directory}/sft"))
   assert result.code == 1 and not model_dir.exists()
   assert result.stderr.strip().splitlines() == [
       f"error: REWARD_CHECKPOINT_PATH {directory}/sft has no 'reward_head': train it with OBJECTIVE='pairwise' "
