@@ -1,12 +1,15 @@
-r"""Compares systems evaluated on the same items, with paired significance tests.
+r"""Compares systems on the items they both scored, with paired significance tests.
 
   python -m scripts.compare --eval_dirs=base=runs/base/eval,large=runs/large/eval --out=/tmp/cmp \
       [--metric=accuracy,two_best_accuracy] [--num_bootstrap=1000] [--num_permutations=10000] [--seed=0]
 
 Each --eval_dirs entry NAME=DIR is a directory written by scripts.evaluate or scripts.run_baseline
 (predictions.jsonl and metrics.json); it and --out may be local folders or `gs://...` prefixes.
-The systems must have scored the same items: per task the same (task, id) set and the same gold
-labels per item, else the command exits 1 naming the task.
+Two systems are compared on the items of a task both scored, matched by (task, id): a model
+evaluated on a whole test file beside ASQ's similarity baseline tested on its held-out share
+(--train_fraction) is compared on that share, and a line says so, e.g. `asq_intent_cloze: comparing
+300 items both scored (model scored 1000, similarity 300)`. Two systems that share no item of a task
+both scored, or that give a shared item different gold labels, exit 1 naming the task.
 
 The compared metrics are the accuracy-like ones every system's metrics.json reports: accuracy,
 two_best_accuracy (TimeDial), pairwise_accuracy (preference tasks, HEAP) and their per-group
@@ -14,13 +17,16 @@ variants (accuracy/C+E). Each item's credit is recomputed from its prediction re
 t5_tasks.metrics.item_credit, the definition metrics.json uses (a tie gets the expected credit of
 breaking it at random, so 0.5 on a two-candidate item), and its mean must equal the value in
 metrics.json. The table shows each system's value and 95% interval as its metrics.json reports
-them. For each pair of systems A, B:
+them, on all the items it scored. For each pair of systems A, B, on the items both scored:
 
-  * paired bootstrap: --num_bootstrap resamples of the items with replacement, the same items for
-    both systems; the difference A - B of the means, its 95% percentile interval, and the two-sided
-    p-value = 2 x the fraction of resamples whose difference has the opposite sign of the observed
-    one (a resampled difference of exactly 0 is not opposite), capped at 1; 1 when the observed
-    difference is 0. A p of 0 means no resample of --num_bootstrap had the opposite sign.
+  * paired bootstrap: --num_bootstrap (B) resamples of the items with replacement, the same items
+    for both systems; the difference A - B of the means; and from the same B resampled differences
+    d(1) <= ... <= d(B), the 95% percentile interval [d(j), d(B + 1 - j)], j = ceil(0.025 B), and
+    the two-sided p = 2 x min(share of d <= 0, share of d >= 0), capped at 1 (Efron & Tibshirani
+    1993, An Introduction to the Bootstrap, ch. 13 and 16). The interval excludes 0 exactly when
+    p < 0.05; identical systems get p = 1 and [0, 0]; a p of 0 means that no resample reached 0.
+    comparison.json also gives each system's mean on these items (a_value, b_value) and how many
+    items each scored (a_items, b_items).
   * "A better / B better": the credit A gains over B summed over the items where A gets more, and
     the same for B; their difference is items x (A - B), so they agree in sign with the difference.
     With 0/1 credit they are McNemar's discordant pairs (items only A, or only B, gets right).
@@ -106,22 +112,29 @@ def _ids(ids) -> str:
   return ", ".join(shown) + (f" (and {len(ids) - len(shown)} more)" if len(ids) > len(shown) else "")
 
 
-def check_same_items(systems: Mapping[str, dict]) -> None:
-  """Refuses systems that scored a task on different items: (task, id) set or gold labels. A task
-  only some systems scored is compared among those (a model's mixture beside one-task baselines)."""
+def check_shared_items(systems: Mapping[str, dict]) -> list[str]:
+  """Per task and pair of systems that scored it, the items both scored, matched by (task, id): the
+  lines saying how many are compared where the two scored different items. Refuses a pair that
+  shares none, or gives a shared item different gold labels. A task only some systems scored is
+  compared among those (a model's mixture beside one-task baselines)."""
+  lines = []
   tasks = sorted({task for system in systems.values() for task in system["records"]})
   for task in tasks:
-    (first, reference), *others = [(n, s["records"][task]) for n, s in systems.items() if task in s["records"]]
-    for name, theirs in others:
-      if set(reference) != set(theirs):
-        only_first, only_other = set(reference) - set(theirs), set(theirs) - set(reference)
-        parts = ([f"only {first} has {_ids(only_first)}"] if only_first else []) + (
-            [f"only {name} has {_ids(only_other)}"] if only_other else [])
-        raise ComparisonError(f"task {task}: {first} and {name} scored different items: {'; '.join(parts)}")
-      differ = [i for i in reference if reference[i].get("gold") != theirs[i].get("gold")]
-      if differ:
-        raise ComparisonError(f"task {task}: {first} and {name} have different gold labels for items "
-                              f"{_ids(differ)}")
+    scored = [(n, s["records"][task]) for n, s in systems.items() if task in s["records"]]
+    for k, (first, reference) in enumerate(scored):
+      for name, theirs in scored[k + 1:]:
+        counts = f"{first} scored {len(reference)}, {name} {len(theirs)}"
+        shared = [i for i in reference if i in theirs]
+        if not shared:
+          raise ComparisonError(f"task {task}: {first} and {name} scored no item in common ({counts}; "
+                                f"items are matched by task and id)")
+        differ = [i for i in shared if reference[i].get("gold") != theirs[i].get("gold")]
+        if differ:
+          raise ComparisonError(f"task {task}: {first} and {name} have different gold labels for items "
+                                f"{_ids(differ)}")
+        if len(shared) != len(reference) or len(shared) != len(theirs):
+          lines.append(f"{task}: comparing {len(shared)} items both scored ({counts})")
+  return lines
 
 
 def item_credit(metric: str, records: Sequence[Mapping]) -> np.ndarray:
@@ -157,9 +170,11 @@ def _groups(record: Mapping) -> set[str]:
   return t5_metrics.item_groups(record)
 
 
-def _credits(system: dict, task: str, metric: str, ids: Sequence[str]) -> np.ndarray:
-  records = [system["records"][task][i] for i in ids]
-  return item_credit(metric, records)
+def _credits(system: dict, task: str, metric: str) -> dict[str, float]:
+  """{id: credit} of the system's items counted in `metric` (a group's: the items in that group)."""
+  group = metric.partition("/")[2]
+  records = [r for r in system["records"][task].values() if not group or group in _groups(r)]
+  return dict(zip((r["id"] for r in records), item_credit(metric, records)))
 
 
 DISAGREEMENTS_SHOWN = 5  # items listed per task and pair of systems
@@ -190,43 +205,63 @@ def disagreements(system_a: dict, system_b: dict, task: str, ids: Sequence[str],
 
 def compare(systems: Mapping[str, dict], chosen, num_bootstrap: int, seed: int,
             num_permutations: int = 10000) -> tuple[list, list]:
-  """(value rows, difference rows) of every chosen (task, metric): see comparison.json. A
-  difference on a whole task's metric (not a group's) also lists the items the two disagree on."""
+  """(value rows, difference rows) of every chosen (task, metric): see comparison.json. A system's
+  value is on all the items it scored (its metrics.json's); a pair's difference on the items both
+  scored (check_shared_items), and on a whole task's metric (not a group's) it also lists the items
+  the two disagree on. A group that two systems share no item of gets no difference row."""
   from t5_tasks import statistics  # pylint: disable=g-import-not-at-top  # seqio: once inputs are checked
   values, differences = [], []
   for task, metric in chosen:
     names = [n for n, s in systems.items() if metric in s["metrics"].get(task, {})]
     group = metric.partition("/")[2]
-    reference = systems[names[0]]["records"][task]
-    ids = [i for i in reference if not group or group in _groups(reference[i])]
     credits = {}
     for name in names:
       system = systems[name]
-      credits[name] = _credits(system, task, metric, ids)
+      credits[name] = _credits(system, task, metric)
+      mean = float(np.mean(list(credits[name].values()))) if credits[name] else math.nan
       reported = system["metrics"][task][metric]
-      if not math.isclose(credits[name].mean(), reported["value"], rel_tol=0, abs_tol=VALUE_TOLERANCE):
+      if not math.isclose(mean, reported["value"], rel_tol=0, abs_tol=VALUE_TOLERANCE):
         raise ComparisonError(f"{name}: {task} {metric} recomputed from predictions.jsonl is "
-                              f"{credits[name].mean():.6f}, metrics.json says {reported['value']:.6f}")
-      values.append({"task": task, "metric": metric, "system": name, "items": len(ids),
+                              f"{mean:.6f}, metrics.json says {reported['value']:.6f}")
+      values.append({"task": task, "metric": metric, "system": name, "items": len(credits[name]),
                      **{k: reported[k] for k in ("value", "low", "high")}})
     for i, a in enumerate(names):
       for b in names[i + 1:]:
-        bootstrap = statistics.paired_bootstrap(credits[a], credits[b], num_bootstrap, seed)
-        test = statistics.second_test(credits[a], credits[b], num_permutations, seed)
+        ids = [item for item in credits[a] if item in credits[b]]  # in A's order: the seed's resamples
+        if not ids:
+          continue
+        credit_a = np.asarray([credits[a][item] for item in ids])
+        credit_b = np.asarray([credits[b][item] for item in ids])
+        bootstrap = statistics.paired_bootstrap(credit_a, credit_b, num_bootstrap, seed)
+        test = statistics.second_test(credit_a, credit_b, num_permutations, seed)
         differences.append({"task": task, "metric": metric, "a": a, "b": b, "items": len(ids),
+                            "a_items": len(credits[a]), "b_items": len(credits[b]),
+                            "a_value": float(credit_a.mean()), "b_value": float(credit_b.mean()),
                             "difference": bootstrap["difference"], "low": bootstrap["low"],
                             "high": bootstrap["high"], "p_bootstrap": bootstrap["p"],
                             "a_better": test["a_better"], "b_better": test["b_better"],
                             "test": test["test"], "p_test": test["p"]})
         if not group:
           differences[-1]["disagreements"] = disagreements(systems[a], systems[b], task, ids,
-                                                           credits[a], credits[b])
+                                                           credit_a, credit_b)
   return values, differences
 
 
 # The numbers as every output shows them: the tests find each JSON number in each file this way.
 def fmt(x: float) -> str:
-  return f"{x:.3f}"
+  """Three decimals; a nonzero number they would show as 0 gets one significant digit, so that an
+  interval's bound keeps its side of 0 (0.0004, not 0.000)."""
+  text = f"{x:.3f}"
+  return f"{x:.1g}" if x != 0 and float(text) == 0 else text
+
+
+def fmt_p(p: float, num_bootstrap: int) -> str:
+  """A bootstrap p (a multiple of 2 / B, B resamples) with decimals enough that one below 0.05 (at
+  most 0.05 - 2 / B) never shows as 0.050, so that the printed p and interval agree: 10^-d < 4 / B."""
+  decimals = 3
+  while num_bootstrap >= 4 * 10 ** decimals:
+    decimals += 1
+  return f"{p:.{decimals}f}"
 
 
 def _with_interval(row: Mapping, key: str = "value") -> str:
@@ -256,7 +291,7 @@ def better_cell(d: Mapping) -> str:
 
 def difference_rows(result: Mapping) -> list[list[str]]:
   return [[d["task"], d["metric"], d["a"], d["b"], str(d["items"]), _with_interval(d, "difference"),
-           fmt(d["p_bootstrap"]), better_cell(d), d["test"], fmt(d["p_test"])]
+           fmt_p(d["p_bootstrap"], result["num_bootstrap"]), better_cell(d), d["test"], fmt(d["p_test"])]
           for d in result["differences"]]
 
 
@@ -319,11 +354,13 @@ def report_notes(result: Mapping) -> list[str]:
   notes.append("Values and intervals as each system's metrics.json reports them (recomputed per item "
                "from predictions.jsonl: the same values).")
   notes.append(f"Paired bootstrap: {result['num_bootstrap']} resamples of the items, the same for both "
-               "systems (seed {}); p = 2 x the share of resamples whose difference has the opposite sign, "
-               "capped at 1. A better / B better: the credit each gains over the other, summed over items. "
+               "systems (seed {}), on the items both scored; the 95% percentile interval and p = 2 x min(share "
+               "of resampled differences <= 0, share >= 0), capped at 1, from the same resamples: the "
+               "interval excludes 0 exactly when p < 0.05. A better / B better: the credit each gains over the other, summed over items. "
                "Test: McNemar's exact test where both systems' credit is 0/1; where a tie gives fractional "
                "credit, a paired permutation test ({} random sign flips of the per-item differences)."
                .format(result["seed"], result["num_permutations"]))
+  notes += result.get("shared_items", [])
   if result["not_compared"]:
     notes.append("Not compared (not accuracy-like, or reported by one system only): " + ", ".join(
         f"{t} {m}" for t, m in result["not_compared"]))
@@ -370,7 +407,7 @@ def run(args: flags.FlagValues) -> dict:
   if args.num_permutations < 1:
     raise ComparisonError(f"--num_permutations must be positive, got {args.num_permutations}")
   systems = {name: load_system(d) for name, d in parse_systems(args.eval_dirs).items()}
-  check_same_items(systems)
+  shared_items = check_shared_items(systems)
   chosen, not_compared = metrics_to_compare(systems, args.metric)
   values, differences = compare(systems, chosen, args.num_bootstrap, args.seed, args.num_permutations)
   from t5_tasks import statistics  # pylint: disable=g-import-not-at-top  # imported by `compare` already
@@ -378,14 +415,16 @@ def run(args: flags.FlagValues) -> dict:
                         for name, system in systems.items()],
             "num_bootstrap": args.num_bootstrap, "num_permutations": args.num_permutations,
             "seed": args.seed, "confidence": statistics.CONFIDENCE,
-            "values": values, "differences": differences,
+            "values": values, "differences": differences, "shared_items": shared_items,
             "not_compared": [list(key) for key in not_compared]}
   page = write_outputs(args.out, result)
+  for line in shared_items:
+    print(line)
   for v in values:
     print(f"{v['task']:28s} {v['metric']:24s} {v['system']:16s} {_with_interval(v)}")
   for d in differences:
     print(f"{d['task']:28s} {d['metric']:24s} {d['a']} - {d['b']}: {_with_interval(d, 'difference')}  "
-          f"p(bootstrap)={fmt(d['p_bootstrap'])}  A/B better {better_cell(d)}  "
+          f"p(bootstrap)={fmt_p(d['p_bootstrap'], args.num_bootstrap)}  A/B better {better_cell(d)}  "
           f"{d['test']} p={fmt(d['p_test'])}")
   print(f"wrote {page} and comparison.json, .md, .tex in {args.out}")
   return result

@@ -5,28 +5,52 @@ means with its percentile interval and two-sided p; McNemar's exact test on 0/1 
 permutation test (random sign flips of the per-item differences) where a tie gives fractional credit.
 Pure functions of arrays of per-item credit, as metrics.py's.
 """
+import fractions
+import math
+
 import numpy as np
 
 CONFIDENCE = 0.95  # the intervals' level, as metrics.py's
 DECIMALS = 12  # differences of means are rounded to this: float noise has no sign
 
 
+def bootstrap_summary(differences) -> dict[str, float]:
+  """The percentile interval and two-sided p of resampled differences, defined so that the interval
+  excludes 0 exactly when p < 1 - CONFIDENCE (the test the interval inverts: Efron & Tibshirani
+  1993, An Introduction to the Bootstrap, ch. 13 and 16).
+
+  With B differences sorted d(1) <= ... <= d(B) and j = ceil(B (1 - CONFIDENCE) / 2): the interval
+  is [d(j), d(B + 1 - j)] and p = min(1, 2 min(#{d <= 0}, #{d >= 0}) / B). d(j) > 0 exactly when
+  fewer than j differences are <= 0, i.e. fewer than B (1 - CONFIDENCE) / 2, i.e. p < 1 - CONFIDENCE;
+  the same for d(B + 1 - j) < 0 and the differences >= 0. A difference of exactly 0 counts on both
+  sides, so identical systems get p = 1 and the interval [0, 0].
+  """
+  differences = np.sort(np.asarray(differences, np.float64))
+  count = len(differences)
+  if not count:
+    raise ValueError("the bootstrap needs one resample or more")
+  # Exact arithmetic: B x 0.025 in floats is 25.000000000000004 at B = 1000, one order statistic off.
+  tail = fractions.Fraction(1 - CONFIDENCE).limit_denominator(10 ** 6) / 2
+  j = max(1, math.ceil(tail * count))
+  at_most_0, at_least_0 = int(np.sum(differences <= 0)), int(np.sum(differences >= 0))
+  # + 0.0: a resample's -0.0 (rounded float noise) is 0, printed without a sign.
+  return {"low": float(differences[j - 1]) + 0.0, "high": float(differences[count - j]) + 0.0,
+          "p": min(1.0, 2 * min(at_most_0, at_least_0) / count)}
+
+
 def paired_bootstrap(a, b, num_bootstrap: int, seed: int) -> dict[str, float]:
-  """Difference of means a - b, its percentile interval and two-sided p (scripts/compare.py's docstring)."""
+  """Difference of means a - b, and its percentile interval and two-sided p from the same paired
+  resamples (`bootstrap_summary`; scripts/compare.py's docstring)."""
   a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  if len(a) != len(b) or not len(a):
+    raise ValueError(f"the paired bootstrap needs the same items, one or more, got {len(a)} and {len(b)}")
   # Rounded: credits such as 1/3 make a true difference of 0 come out as +-1e-17, a sign it lacks.
-  observed = float(np.round(a.mean() - b.mean(), DECIMALS))
+  observed = float(np.round(a.mean() - b.mean(), DECIMALS)) + 0.0
   rng = np.random.default_rng(seed)
   # One row of item indices per resample, applied to both systems: the pairing.
   rows = rng.integers(0, len(a), size=(num_bootstrap, len(a)))
   differences = np.round((a[rows] - b[rows]).mean(axis=1), DECIMALS)
-  tail = (1 - CONFIDENCE) / 2 * 100
-  low, high = np.percentile(differences, [tail, 100 - tail])
-  if observed == 0:
-    p = 1.0
-  else:
-    p = min(1.0, 2 * float(np.mean(np.sign(differences) == -np.sign(observed))))
-  return {"difference": observed, "low": float(low), "high": float(high), "p": p}
+  return {"difference": observed, **bootstrap_summary(differences)}
 
 
 MCNEMAR, PERMUTATION = "McNemar exact", "paired permutation"

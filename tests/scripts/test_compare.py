@@ -1,7 +1,8 @@
 """scripts.compare: paired bootstrap, McNemar and the paired permutation test checked against direct
-computations and cases whose answer is known, and the command
-end to end on the quickstart baselines (TimeDial overlap, ASQ similarity, summary length) against
-the same baselines with their scores reversed.
+computations and cases whose answer is known (the bootstrap's interval and p agreeing on random
+scores, as returned and as printed), and the command end to end on the quickstart baselines
+(TimeDial overlap, ASQ similarity, summary length) against the same baselines with their scores
+reversed, and on two systems of which one scored a subset of the other's items.
 """
 import itertools
 import json
@@ -43,15 +44,17 @@ def _mcnemar_by_hand(b: int, c: int) -> float:
 
 
 def _bootstrap_by_hand(a, b, num_bootstrap, seed):
-  """One resample at a time, item by item: the paired bootstrap as its definition reads."""
+  """One resample at a time, item by item: the paired bootstrap as its definition reads (the
+  interval's bounds the ceil(B / 40)-th differences from either end; p from the same differences)."""
   rng = np.random.default_rng(seed)
   differences = []
   for _ in range(num_bootstrap):
     picked = [int(rng.integers(0, len(a))) for _ in range(len(a))]
     differences.append(sum(a[i] - b[i] for i in picked) / len(a))
   observed = sum(a) / len(a) - sum(b) / len(b)
-  opposite = sum(1 for d in differences if d * observed < 0)
-  return observed, np.percentile(differences, [2.5, 97.5]), min(1.0, 2 * opposite / num_bootstrap)
+  ordered, j = sorted(differences), -(-num_bootstrap // 40)
+  tails = (sum(d <= 0 for d in differences), sum(d >= 0 for d in differences))
+  return observed, (ordered[j - 1], ordered[-j]), min(1.0, 2 * min(tails) / num_bootstrap)
 
 
 def test_mcnemar_and_paired_bootstrap_match_direct_computations():
@@ -68,7 +71,7 @@ def test_mcnemar_and_paired_bootstrap_match_direct_computations():
   assert result["difference"] == pytest.approx(np.mean(a) - np.mean(b)) == pytest.approx(observed)
   assert (result["low"], result["high"]) == pytest.approx((low, high))
   assert result["p"] == pytest.approx(p)
-  assert 0 < result["p"] < 1 and low < result["difference"] < high
+  assert 0.05 < result["p"] < 1 and low <= 0 < result["difference"] < high
 
 
 def test_identical_systems_differ_by_nothing_and_a_dominant_one_is_significant():
@@ -82,15 +85,67 @@ def test_identical_systems_differ_by_nothing_and_a_dominant_one_is_significant()
 
   swapped = metrics.paired_bootstrap([1 / 3, 2 / 3, 0, 1], [2 / 3, 1 / 3, 1, 0], num_bootstrap=200, seed=0)
   assert (swapped["difference"], swapped["p"]) == (0, 1)  # equal means, different items
+  assert swapped["low"] < 0 < swapped["high"]
 
   right, wrong = [1] * 20, [0] * 20
   dominant = metrics.paired_bootstrap(right, wrong, num_bootstrap=200, seed=0)
-  assert (dominant["difference"], dominant["p"]) == (1, 0)
+  assert (dominant["difference"], dominant["low"], dominant["high"], dominant["p"]) == (1, 1, 1, 0)
+  # Clearly worse on 100 items (right on 80 and on 40): significant, the interval well above 0.
+  rng = np.random.default_rng(0)
+  better, worse = rng.permutation([1] * 80 + [0] * 20), rng.permutation([1] * 40 + [0] * 60)
+  clear = metrics.paired_bootstrap(better, worse, num_bootstrap=1000, seed=0)
+  assert clear["difference"] == pytest.approx(0.4) and clear["p"] < 0.05 and 0.2 < clear["low"] < 0.4 < clear["high"]
+  reverse = metrics.paired_bootstrap(worse, better, num_bootstrap=1000, seed=0)
+  assert reverse["p"] == clear["p"] and reverse["high"] < 0
   assert metrics.second_test(right, wrong, 500, 0)["p"] == pytest.approx(2 / 2 ** 20)
   # A clearly worse system with a tie's partial credit: the smallest p 999 sign flips can give.
   assert metrics.second_test([1] * 20 + [0.5] * 20, [0.25] * 40, 999, 0)["p"] == pytest.approx(1 / 1000)
   with pytest.raises(ValueError, match="McNemar's test needs 0/1 credit"):
     metrics.mcnemar_exact([0.5, 1, 0], [0, 0.5, 0])
+
+
+def test_bootstrap_interval_excludes_0_exactly_when_p_is_below_005_at_the_edges():
+  """Resampled differences chosen so that the share at or below 0 is exactly 2.5%, or one short:
+  p = 0.05 (not significant) must come with a bound at or below 0, and p just under 0.05 with one
+  above it. At B = 1000, B x 0.025 in floats is 25.000000000000004: rounded up, the 26th difference."""
+  from t5_tasks import statistics  # pylint: disable=g-import-not-at-top
+  for count in (40, 1000, 1999, 2000):
+    edge = -(-count // 40)  # ceil(B / 40), the smallest count of d <= 0 that is not significant
+    for at_most_0, zero in ((edge, 0.0), (edge, -0.5), (edge - 1, 0.0), (edge - 1, -0.5), (0, 0.0)):
+      differences = [zero] * at_most_0 + [0.25] * (count - at_most_0)
+      summary = statistics.bootstrap_summary(np.random.default_rng(count).permutation(differences))
+      assert summary["p"] == pytest.approx(2 * at_most_0 / count)
+      assert (summary["p"] < 0.05) == (at_most_0 < count / 40) == (summary["low"] > 0), (count, at_most_0)
+      assert summary["high"] == 0.25
+  assert statistics.bootstrap_summary([0.0] * 7) == {"low": 0, "high": 0, "p": 1}  # ties: both sides
+
+
+def _random_case(rng):
+  """Paired per-item credit of two systems: 0/1 or with a tie's partial credit, of random size,
+  accuracy and agreement, so that p lands on both sides of 0.05 and near it."""
+  items = int(rng.integers(5, 80))
+  credit = [0, 1] if rng.random() < 0.5 else [0, 0.25, 0.5, 1]
+  a = rng.choice(credit, size=items)
+  b = np.where(rng.random(items) < rng.uniform(0.3, 1.0), a, rng.choice(credit, size=items))
+  return a, b
+
+
+def test_bootstrap_p_below_005_exactly_when_the_interval_excludes_0_on_random_scores():
+  """The property, on the numbers returned and as every output prints them (compare.fmt, fmt_p)."""
+  rng = np.random.default_rng(51)
+  outcomes = set()
+  for case in range(300):
+    a, b = _random_case(rng)
+    num_bootstrap = int(rng.choice([1, 39, 40, 200, 999, 1000, 4000]))
+    result = metrics.paired_bootstrap(a, b, num_bootstrap=num_bootstrap, seed=case)
+    significant = result["p"] < 0.05
+    assert significant == (result["low"] > 0 or result["high"] < 0), (case, result)
+    low, high = float(compare.fmt(result["low"])), float(compare.fmt(result["high"]))
+    printed_p = float(compare.fmt_p(result["p"], num_bootstrap))
+    assert (printed_p < 0.05) == significant == (low > 0 or high < 0), (case, result, low, high, printed_p)
+    assert result["low"] <= result["high"]
+    outcomes.add((significant, num_bootstrap >= 40 and abs(result["p"] - 0.05) <= 0.02))
+  assert outcomes == {(True, True), (True, False), (False, True), (False, False)}  # both sides, and near 0.05
 
 
 def _permutation_by_hand(a, b):
@@ -216,7 +271,17 @@ def test_compare_command_reports_the_same_numbers_everywhere(systems, tmp_path):
                                                   - values[(task, metric, "reversed")]["value"])
     assert flipped["low"] <= flipped["difference"] <= flipped["high"]
     same = differences[(task, metric, "baseline", "copy")]
-    assert (same["difference"], same["p_bootstrap"], same["a_better"], same["p_test"]) == (0, 1, 0, 1)
+    assert (same["difference"], same["low"], same["high"], same["p_bootstrap"]) == (0, 0, 0, 1)
+    assert (same["a_better"], same["p_test"]) == (0, 1)
+  for d in comparison["differences"]:  # the same items: each system's mean is its metrics.json value
+    assert d["items"] == d["a_items"] == d["b_items"] == values[(d["task"], d["metric"], d["a"])]["items"], d
+    assert (d["a_value"], d["b_value"]) == pytest.approx((values[(d["task"], d["metric"], d["a"])]["value"],
+                                                          values[(d["task"], d["metric"], d["b"])]["value"]))
+    # One resampling gives both: the interval excludes 0 exactly when p < 0.05, and the line says so.
+    assert (d["p_bootstrap"] < 0.05) == (d["low"] > 0 or d["high"] < 0), d
+    assert (f"{d['a']} - {d['b']}: {_fmt(d['difference'])} [{_fmt(d['low'])}, {_fmt(d['high'])}]  "
+            f"p(bootstrap)={_fmt(d['p_bootstrap'])}  ") in result.stdout
+  assert "items both scored" not in result.stdout
   # The credit each system gains over the other, by hand: top-1 credit with ties broken at random.
   credit = {name: [_credit(r["scores"], r["gold"]) for r in _records(directory)
                    if r["task"] == "timedial_cloze_full"] for name, directory in systems.items()}
@@ -261,15 +326,17 @@ def test_compare_command_reports_the_same_numbers_everywhere(systems, tmp_path):
   assert f"baseline and reversed disagree on {found['count']} items" in page
 
 
-def test_different_items_exit_1_naming_the_task(systems, tmp_path):
+def test_no_shared_items_or_different_gold_exit_1_naming_the_task(systems, tmp_path):
   records = _records(systems["baseline"])
-  fewer = [r for r in records if (r["task"], r["id"]) != ("timedial_cloze_full", "3")]
+  renamed = [{**r, "id": f"other-{r['id']}"} if r["task"] == "timedial_cloze_full" else r for r in records]
   metrics = outputs.read_metrics(systems["baseline"])
-  shorter = {"baseline": systems["baseline"], "fewer": _write_system(tmp_path / "fewer", fewer, metrics)}
-  result = _command(shorter, tmp_path / "out")
+  disjoint = {"baseline": systems["baseline"], "renamed": _write_system(tmp_path / "renamed", renamed, metrics)}
+  result = _command(disjoint, tmp_path / "out")
   assert result.returncode == 1
+  count = sum(r["task"] == "timedial_cloze_full" for r in records)
   assert result.stderr.strip().splitlines() == [
-      "error: task timedial_cloze_full: baseline and fewer scored different items: only baseline has 3"]
+      f"error: task timedial_cloze_full: baseline and renamed scored no item in common (baseline scored {count}, "
+      f"renamed {count}; items are matched by task and id)"]
   assert not (tmp_path / "out").exists()
 
   regold = [{**r, "gold": r["gold"][::-1]} if r["id"] == "qs_te02" else r for r in records]
@@ -277,7 +344,7 @@ def test_different_items_exit_1_naming_the_task(systems, tmp_path):
             "regold": compare.load_system(_write_system(tmp_path / "regold", regold, metrics))}
   with pytest.raises(compare.ComparisonError,
                      match=r"task asq_intent_cloze: .* gold labels for items qs_te02$"):
-    compare.check_same_items(loaded)
+    compare.check_shared_items(loaded)
 
 
 def test_predictions_that_disagree_with_their_metrics_are_refused(systems, tmp_path):
@@ -292,6 +359,80 @@ def test_predictions_that_disagree_with_their_metrics_are_refused(systems, tmp_p
   with pytest.raises(compare.ComparisonError, match=r"edited: asq_intent_cloze accuracy recomputed .* "
                      r"metrics.json says 0.500000"):
     compare.run(fv)
+
+
+def _asq_records(ids, rng) -> list[dict]:
+  """Two-candidate ASQ items, one correct, scored at random from few values (so with ties)."""
+  records = []
+  for item in ids:
+    gold = [1, 0] if rng.random() < 0.5 else [0, 1]
+    scores = [float(x) for x in rng.integers(0, 3, size=2)]
+    records.append({"task": "asq_intent_cloze", "id": item, "scores": scores,
+                    "prediction": int(np.argmax(scores)), "gold": gold})
+  return records
+
+
+def _accuracy(records) -> dict:
+  value = float(np.mean([_credit(r["scores"], r["gold"]) for r in records]))
+  return {"asq_intent_cloze": {"accuracy": outputs.interval(value, max(0.0, value - 0.1), min(1.0, value + 0.1))}}
+
+
+def test_systems_are_compared_on_the_items_both_scored(tmp_path, capsys):
+  """A model that scored all 40 items beside a baseline that scored its held-out 12 (as ASQ's
+  similarity baseline with --train_fraction=0.7): the 12 compared, the difference theirs."""
+  rng = np.random.default_rng(7)
+  ids = [f"item{i:02d}" for i in range(40)]
+  model = _asq_records(ids, rng)
+  # The baseline's items in another order, with the model's gold labels and its own scores.
+  baseline = [{**r, "scores": [float(x) for x in rng.integers(0, 3, size=2)]} for r in model[28:]][::-1]
+  dirs = {"model": _write_system(tmp_path / "model", model, _accuracy(model)),
+          "similarity": _write_system(tmp_path / "similarity", baseline, _accuracy(baseline))}
+  result = _run_in_process(dirs, tmp_path / "out", "--num_bootstrap=200")
+  printed = capsys.readouterr().out.splitlines()
+  assert printed[0] == "asq_intent_cloze: comparing 12 items both scored (model scored 40, similarity 12)"
+  assert result["shared_items"] == printed[:1]
+  (d,) = result["differences"]
+  shared = {r["id"] for r in baseline}
+  by_hand = {name: np.mean([_credit(r["scores"], r["gold"]) for r in records if r["id"] in shared])
+             for name, records in (("model", model), ("similarity", baseline))}
+  assert (d["items"], d["a_items"], d["b_items"]) == (12, 40, 12)
+  assert d["difference"] == pytest.approx(by_hand["model"] - by_hand["similarity"])
+  assert (d["a_value"], d["b_value"]) == pytest.approx((by_hand["model"], by_hand["similarity"]))
+  assert d["low"] <= d["difference"] <= d["high"] and (d["p_bootstrap"] < 0.05) == (d["low"] > 0 or d["high"] < 0)
+  # Each system's value is its own, on all the items it scored.
+  assert [(v["system"], v["items"], v["value"]) for v in result["values"]] == [
+      ("model", 40, _accuracy(model)["asq_intent_cloze"]["accuracy"]["value"]),
+      ("similarity", 12, _accuracy(baseline)["asq_intent_cloze"]["accuracy"]["value"])]
+  assert "asq_intent_cloze: comparing 12 items both scored" in (tmp_path / "out" / "report.html").read_text()
+
+  # A shared item with other gold labels is another item under the same id: refused.
+  regold = [{**r, "gold": r["gold"][::-1]} if r["id"] == "item30" else r for r in baseline]
+  refused = {"model": dirs["model"], "regold": _write_system(tmp_path / "regold", regold, _accuracy(regold))}
+  with pytest.raises(compare.ComparisonError,
+                     match=r"^task asq_intent_cloze: model and regold have different gold labels for items item30$"):
+    _run_in_process(refused, tmp_path / "refused")
+
+
+def test_asq_similarity_on_its_held_out_share_beside_all_of_the_real_test_file(tmp_path, capsys, shared_data):
+  """docs/evaluation.md's real-data baseline (trained on the first 70% of the real test file, tested
+  on the rest) beside a system that scored the whole file (the baseline trained on the quickstart
+  train file, standing in for the model): compared on the 300 both scored."""
+  test_file = shared_data / "asq" / "asq_test_first1000.json"
+  _run_baseline(["--baseline=asq_similarity", f"--eval_file={test_file}", "--train_fraction=0.7"],
+                tmp_path / "heldout")
+  _run_baseline(["--baseline=asq_similarity", f"--train_file={DATA / 'asq_train.json'}",
+                 f"--eval_file={test_file}"], tmp_path / "whole")
+  capsys.readouterr()
+  result = _run_in_process({"whole": tmp_path / "whole", "heldout": tmp_path / "heldout"}, tmp_path / "out",
+                           "--num_bootstrap=200", "--metric=accuracy")
+  assert capsys.readouterr().out.splitlines()[0] == (
+      "asq_intent_cloze: comparing 300 items both scored (whole scored 1000, heldout 300)")
+  (d,) = result["differences"]
+  records = {name: {r["id"]: r for r in _records(tmp_path / name)} for name in ("whole", "heldout")}
+  assert list(records["heldout"]) == list(records["whole"])[700:]  # the file's last 300, by id
+  by_hand = {name: np.mean([_credit(r["scores"], r["gold"]) for i, r in records[name].items()
+                            if i in records["heldout"]]) for name in records}
+  assert d["items"] == 300 and d["difference"] == pytest.approx(by_hand["whole"] - by_hand["heldout"])
 
 
 def _run_in_process(eval_dirs: dict, out: str, *args) -> dict:
