@@ -10,6 +10,11 @@ unlabeled dialog is masked in turn, and 3 negatives are drawn at random from the
 spans, topped up from the corpus's pool of spans when the dialog has fewer (Table 4's "# spans",
 the pool negatives are drawn from); dialogs are split into train and validation, and those that
 are TimeDial test dialogs are left out.
+
+The paper tags with SUTime; this tagger is the project's own rules, the default. Spans a user
+tagged with SUTime (`t5_tasks.sources.sutime_spans`) make the same items in its place: every
+function below that takes dialogs takes `(id, conversation)`, tagged here, or
+`(id, conversation, spans)`, spans already tagged as `(turn, TemporalSpan)` pairs.
 """
 import collections
 import dataclasses
@@ -22,7 +27,12 @@ from t5_tasks.sources import records
 
 MASK = "<MASK>"
 NUM_NEGATIVES = 3  # per positive, as TimeDial's Table 4
-VALIDATION_FRACTION = 0.1  # of the dialogs, chosen by a seeded hash of their ids
+# Table 4, in-domain (DailyDialog) mask filling and generation: 14.5k train and 2.4k dev instances
+# (classification's 58.0k and 9.6k are the same spans with 3 negatives each, the same share). The
+# paper splits instances; whole dialogs are split here (a dialog's items stay in one split), this
+# share of them chosen by a seeded hash of their ids, so the items' share is Table 4's on average.
+TABLE4_IN_DOMAIN_TRAIN, TABLE4_IN_DOMAIN_DEV = 14_500, 2_400
+VALIDATION_FRACTION = TABLE4_IN_DOMAIN_DEV / (TABLE4_IN_DOMAIN_TRAIN + TABLE4_IN_DOMAIN_DEV)  # 0.142
 
 _SMALL = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
           "fourteen fifteen sixteen seventeen eighteen nineteen").split()
@@ -149,30 +159,50 @@ class SpanPool:
     return drawn
 
 
-def span_pool(dialogs: Iterable[tuple[str, Sequence[str]]]) -> SpanPool:
-  """The pool of every span tagged in `dialogs`: one span per lower-cased text (the first of its
+Spans = Sequence[tuple[int, TemporalSpan]]  # (turn, span) pairs of one dialog, in text order
+# A dialog: (id, conversation), which `tag` tags, or (id, conversation, spans) tagged already.
+Dialog = tuple[str, Sequence[str]] | tuple[str, Sequence[str], Spans]
+
+
+def dialog_spans(conversation: Sequence[str]) -> tuple[tuple[int, TemporalSpan], ...]:
+  """The (turn, span) pairs `tag` finds in each turn of `conversation`, in text order."""
+  return tuple((turn, span) for turn, text in enumerate(conversation) for span in tag(text))
+
+
+def _spans_of(dialog: Dialog) -> Spans:
+  return dialog[2] if len(dialog) == 3 else dialog_spans(dialog[1])
+
+
+def span_pool(dialogs: Iterable[Dialog]) -> SpanPool:
+  """The pool of every span of `dialogs`: one span per lower-cased text (the first of its
   spellings in sorted order), sorted, so the pool does not depend on the dialogs' order."""
   spellings = {}
-  for _, conversation in dialogs:
-    for turn in conversation:
-      for span in tag(turn):
-        key = span.text.lower()
-        spellings[key] = min(spellings.get(key, span), span, key=lambda s: (s.text, s.category))
+  for dialog in dialogs:
+    for _, span in _spans_of(dialog):
+      key = span.text.lower()
+      spellings[key] = min(spellings.get(key, span), span, key=lambda s: (s.text, s.category))
   return SpanPool(tuple(TemporalSpan(0, len(s.text), s.text, s.category)
                         for _, s in sorted(spellings.items())))
 
 
-def weak_supervision_items(dialog_id: str, conversation: Sequence[str], *, pool: SpanPool = SpanPool(),
-                           num_negatives: int = NUM_NEGATIVES, seed: int = 0) -> list[MaskedDialog]:
+def weak_supervision_items(dialog_id: str, conversation: Sequence[str], *, spans: Spans | None = None,
+                           pool: SpanPool = SpanPool(), num_negatives: int = NUM_NEGATIVES,
+                           seed: int = 0) -> list[MaskedDialog]:
   """One item per tagged span: the span masked, up to `num_negatives` of the dialog's other
   spans drawn at random as negatives (§4.1.1), and when the dialog has fewer, the rest drawn from
   `pool` (seeded by `seed` and the dialog's id, so reproducible).
 
-  A span whose text repeats the answer (case-insensitive) is never a negative, nor are two
-  negatives the same text; a span left with no negative at all (a dialog with one distinct span
-  and an empty pool) makes no item. Pool negatives' rules read `weak/pool/<category>`.
+  `spans` are the dialog's (turn, span) pairs when tagged elsewhere (SUTime's), else `tag`'s;
+  either way the same draws. A span whose text repeats the answer (case-insensitive) is never a
+  negative, nor are two negatives the same text; a span left with no negative at all (a dialog
+  with one distinct span and an empty pool) makes no item. Negatives' rules read
+  `weak/<category>`, from the pool `weak/pool/<category>`.
   """
-  tagged = [(turn, span) for turn, text in enumerate(conversation) for span in tag(text)]
+  tagged = list(dialog_spans(conversation) if spans is None else spans)
+  for turn, span in tagged:  # a span elsewhere than it says would mask the wrong text
+    if not 0 <= turn < len(conversation) or conversation[turn][span.start:span.end] != span.text:
+      raise ValueError(f"{dialog_id}: span {span.text!r} is not at turn {turn}, "
+                       f"characters {span.start}:{span.end}")
   rng = random.Random(f"{seed}/{dialog_id}")
   items = []
   for turn, span in tagged:
@@ -270,17 +300,17 @@ def read_dialogs(path, *, skip_invalid: bool = False):
                               skip_invalid=skip_invalid, unique_id=lambda d: d[0])
 
 
-def weak_supervision_splits(dialogs: Iterable[tuple[str, Sequence[str]]], *,
+def weak_supervision_splits(dialogs: Iterable[Dialog], *,
                             validation_fraction: float = VALIDATION_FRACTION, seed: int = 0,
                             **kwargs) -> dict[str, list[MaskedDialog]]:
   """{"train": items, "validation": items} of `dialogs`, split by dialog (`split_by_dialog`);
   negatives a dialog lacks come from the pool of all their spans (`span_pool`)."""
-  dialogs = list(dialogs)
+  dialogs = [(dialog[0], dialog[1], tuple(_spans_of(dialog))) for dialog in dialogs]  # tagged once
   pool = span_pool(dialogs)
-  splits = split_by_dialog((dialog_id for dialog_id, _ in dialogs),
+  splits = split_by_dialog((dialog_id for dialog_id, _, _ in dialogs),
                            validation_fraction=validation_fraction, seed=seed)
   out = {"train": [], "validation": []}
-  for dialog_id, turns in dialogs:
-    out[splits[dialog_id]].extend(weak_supervision_items(dialog_id, turns, pool=pool, seed=seed,
-                                                         **kwargs))
+  for dialog_id, turns, spans in dialogs:
+    out[splits[dialog_id]].extend(weak_supervision_items(dialog_id, turns, spans=spans, pool=pool,
+                                                         seed=seed, **kwargs))
   return out

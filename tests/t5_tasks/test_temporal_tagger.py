@@ -149,6 +149,17 @@ def test_weak_supervision_splits_give_every_span_an_item():
   assert all(len(item.candidates) == 4 for item in splits["train"])
 
 
+def test_spans_tagged_elsewhere_make_the_items_tagging_here_would():
+  dialogs = [(i, c, temporal_tagger.dialog_spans(c)) for i, c in POOL_DIALOGS]
+  assert (temporal_tagger.weak_supervision_splits(dialogs, validation_fraction=0.0)
+          == temporal_tagger.weak_supervision_splits(POOL_DIALOGS, validation_fraction=0.0))
+  # A span given elsewhere than its text is refused: it would mask the wrong characters.
+  conversation = POOL_DIALOGS[0][1]
+  moved = [(1, temporal_tagger.TemporalSpan(0, 3, "Two", "duration"))]
+  with pytest.raises(ValueError, match="span 'Two' is not at turn 1, characters 0:3"):
+    temporal_tagger.weak_supervision_items("a", conversation, spans=moved)
+
+
 def test_read_dialogs_names_the_bad_field(tmp_path):
   path = tmp_path / "dialogs.jsonl"
   path.write_text(json.dumps({"id": "a", "conversation": ["hi", "wait 2 days"]}) + "\n" +

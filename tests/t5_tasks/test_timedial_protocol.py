@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import t5_tasks  # pylint: disable=unused-import  (registers the tasks)
 from t5_tasks.families import base as families_base
+from t5_tasks.families import timedial as timedial_family
 from t5_tasks import temporal_tagger
 from t5_tasks import vocab
 from t5_tasks.sources import records
@@ -155,10 +156,22 @@ def test_weak_supervision_draws_three_random_negatives_reproducibly():
   assert temporal_tagger.weak_supervision_items("d", ["Wait two days.", "Two days?"]) == []
 
 
-def test_split_by_dialog_is_seeded_and_a_tenth():
-  ids = [f"dialog{i}" for i in range(40)]
+def test_validation_fraction_is_table_4s_dev_share():
+  # Table 4, in-domain (DailyDialog): mask filling / generation 14.5k train, 2.4k dev; classification
+  # 58.0k / 9.6k, the same spans with 3 negatives each, so the same share.
+  share = 2.4 / (14.5 + 2.4)
+  assert temporal_tagger.VALIDATION_FRACTION == pytest.approx(share)
+  assert temporal_tagger.VALIDATION_FRACTION == pytest.approx(9.6 / (58.0 + 9.6), abs=5e-4)
+  assert 58.0 / 14.5 == 9.6 / 2.4 == 1 + temporal_tagger.NUM_NEGATIVES
+  assert round(temporal_tagger.VALIDATION_FRACTION, 3) == 0.142  # not the tenth it was
+
+
+def test_split_by_dialog_is_seeded_and_table_4s_dev_share():
+  ids = [f"dialog{i}" for i in range(300)]
   splits = temporal_tagger.split_by_dialog(ids)
-  assert collections.Counter(splits.values()) == {"train": 36, "validation": 4}
+  # round(0.142 * 300) = 43 dialogs: 14% as Table 4's 2.4k of 16.9k.
+  assert collections.Counter(splits.values()) == {"train": 257, "validation": 43}
+  assert round(43 / 300, 2) == round(2.4 / (14.5 + 2.4), 2) == 0.14
   assert temporal_tagger.split_by_dialog(reversed(ids)) == splits
   assert temporal_tagger.split_by_dialog(ids, seed=1) != splits
 
@@ -193,10 +206,97 @@ def test_weak_supervision_task_splits_by_dialog_and_leaves_out_test_dialogs(tmp_
   assert "copied" not in dialogs["train"] | dialogs["validation"]
   assert not dialogs["train"] & dialogs["validation"]
   assert dialogs["train"] | dialogs["validation"] == {r["id"] for r in rows} - {"copied"}
-  assert len(dialogs["validation"]) == round(0.1 * (len(rows) - 1))
-  printed = [line for line in capsys.readouterr().out.splitlines() if "left out" in line]
-  assert printed == [f"timedial_weak_supervision: left out 1 of {len(rows)} dialogs found in the "
-                     f"TimeDial test set (16 test items: {QUICKSTART_TEST})"]
+  assert len(dialogs["validation"]) == round(temporal_tagger.VALIDATION_FRACTION * (len(rows) - 1))
+  out = capsys.readouterr().out.splitlines()
+  assert [line for line in out if "left out" in line] == [
+      f"timedial_weak_supervision: left out 1 of {len(rows)} dialogs found in the TimeDial test set "
+      f"(16 test items: {QUICKSTART_TEST})"]
+  kept = [(r["id"], r["conversation"]) for r in rows if r["id"] != "copied"]
+  spans = sum(len(temporal_tagger.dialog_spans(turns)) for _, turns in kept)
+  pool = len(temporal_tagger.span_pool(kept))
+  assert [line for line in out if "tagged by" in line] == [
+      f"timedial_weak_supervision: {spans} temporal spans in {len(kept)} dialogs (a pool of {pool} "
+      f"distinct), tagged by {timedial_family.REGEX_TAGGER}"]
+  assert "not SUTime" in timedial_family.REGEX_TAGGER
+
+
+# Tagged by hand as SUTime would (TIMEX3 types) at the very spans the regex tagger finds, of the
+# categories it gives them (duration, time, date), so both taggers' files must make the same items.
+SUTIME_DIALOGS = [
+    ("s1", ["A: The flight takes 3 hours.", "B: Then we land at 6 pm.", "A: On May 5th, I hope."],
+     [(0, "3 hours", "DURATION"), (1, "6 pm", "TIME"), (2, "May 5th", "DATE")]),
+    ("s2", ["A: I waited two weeks for the parts.", "B: Two weeks is long."],
+     [(0, "two weeks", "DURATION"), (1, "Two weeks", "DURATION")]),
+    ("s3", ["A: The clinic opens at 9 am.", "B: It shuts at 5 pm.",
+            "A: I need forty minutes to get there."],
+     [(0, "9 am", "TIME"), (1, "5 pm", "TIME"), (2, "forty minutes", "DURATION")]),
+    ("s4", ["A: We met in June 2019.", "B: And married after 18 months."],
+     [(0, "June 2019", "DATE"), (1, "18 months", "DURATION")]),
+    ("s5", ["A: How was the trip?", "B: Fine, thanks."], []),
+    ("s6", ["A: My shift is 12 hours.", "B: Mine is eight hours, starting at 7:30 am."],
+     [(0, "12 hours", "DURATION"), (1, "eight hours", "DURATION"), (1, "7:30 am", "TIME")]),
+    ("s7", ["A: The lease ends on the 3rd of March.",
+            "B: So we have 10 days to pack, the truck at 11 am."],
+     [(0, "the 3rd of March", "DATE"), (1, "10 days", "DURATION"), (1, "11 am", "TIME")]),
+    ("s8", ["A: The course lasts six weeks.", "B: I did it in 2015 in four weeks."],
+     [(0, "six weeks", "DURATION"), (1, "2015", "DATE"), (1, "four weeks", "DURATION")]),
+]
+
+
+def _sutime_record(dialog_id, conversation, spans):
+  out = []
+  for turn, text, kind in spans:
+    start = conversation[turn].index(text)
+    out.append({"turn": turn, "start": start, "end": start + len(text), "text": text, "type": kind})
+  return {"id": dialog_id, "conversation": conversation, "spans": out}
+
+
+def _bound_examples(gin_bindings, dialogs):
+  gin_bindings(**{"t5_tasks.tasks.data_files.files": {
+      "dialogs": dialogs, "timedial": {"test": str(QUICKSTART_TEST)}}})
+  source = seqio.get_mixture_or_task("timedial_weak_supervision").source
+  return {split: source.examples(split) for split in ("train", "validation")}
+
+
+def test_sutime_spans_bound_as_a_file_make_the_items_the_regex_tagger_would(tmp_path, gin_bindings,
+                                                                             capsys):
+  for _, conversation, spans in SUTIME_DIALOGS:  # the premise: the same spans either way
+    assert [(turn, s.text, s.category) for turn, s in temporal_tagger.dialog_spans(conversation)] == [
+        (turn, text, kind.lower()) for turn, text, kind in spans]
+  tagged, plain = tmp_path / "sutime.jsonl", tmp_path / "dialogs.jsonl"
+  tagged.write_text("".join(json.dumps(_sutime_record(*d)) + "\n" for d in SUTIME_DIALOGS))
+  plain.write_text("".join(json.dumps({"id": i, "conversation": c}) + "\n"
+                           for i, c, _ in SUTIME_DIALOGS))
+  from_sutime = _bound_examples(gin_bindings, {"sutime": str(tagged)})
+  out = capsys.readouterr().out
+  assert (f"timedial_weak_supervision: 19 temporal spans in 8 dialogs (a pool of 18 distinct), tagged "
+          f"by SUTime (the 'sutime' file {tagged})") in out
+  # Positives at exactly the file's spans, one item each; s5 has none.
+  items = {ex["id"]: ex for split in from_sutime.values() for ex in split}
+  expected = {}
+  for dialog_id, conversation, spans in SUTIME_DIALOGS:
+    for turn, text, _ in spans:
+      start = conversation[turn].index(text)
+      masked = list(conversation)
+      masked[turn] = masked[turn][:start] + "<MASK>" + masked[turn][start + len(text):]
+      expected[f"{dialog_id}/{turn}:{start}"] = (masked, turn, text)
+  assert {i: (ex["conversation"], ex["mask_turn"], ex["candidates"][0])
+          for i, ex in items.items()} == expected
+  assert all(len(ex["candidates"]) == 4 and ex["candidate_labels"] == [1, 0, 0, 0]
+             for ex in items.values())
+  assert len(from_sutime["validation"]) > 0 and {i.split("/")[0] for i in items} == {
+      d[0] for d in SUTIME_DIALOGS} - {"s5"}
+  # Negatives as the regex path draws them, from the dialog and then the pool: the same items.
+  from_regex = _bound_examples(gin_bindings, {"all": str(plain)})
+  assert from_sutime == from_regex
+  assert "tagged by the project's regex tagger" in capsys.readouterr().out
+
+
+def test_sutime_spans_are_bound_alone(tmp_path, gin_bindings):
+  tagged = tmp_path / "sutime.jsonl"
+  tagged.write_text(json.dumps(_sutime_record(*SUTIME_DIALOGS[0])) + "\n")
+  with pytest.raises(ValueError, match="bind {'sutime': PATH} alone"):
+    _bound_examples(gin_bindings, {"sutime": str(tagged), "all": str(QUICKSTART_DIALOGS)})
 
 
 def _test_conversations(path):
