@@ -11,7 +11,10 @@ the pretrained model with an untrained (seeded) head.
 
 Accuracy is §5's: "the percent of instances for which r_good was greater than r_bad", a tie
 counting as wrong; `accuracy_ties_half` is the evaluation's own `pairwise_accuracy` (a tie counts
-half), kept beside it. Both are recomputed here from each evaluation's predictions.jsonl.
+half), kept beside it. Both are recomputed here from each evaluation's predictions.jsonl. Table
+2's other half, §5's "Spearman rank-order correlation between the scores outputted by the model and
+the original human evaluation scores", is each evaluation's `spearman` (metrics.json), for the
+criteria with ranked data.
 
 The criteria, clusters and Table 4 are t5_tasks.heap's, passed in as `heap` (runner does
 not import t5_tasks).
@@ -59,6 +62,22 @@ PAPER_TABLE_2 = _figures(
     "SRPr 40.67±5.73 49.60±7.40 56.00±3.46 44.67±3.06; SRS 52.22±2.83 55.33±7.40 61.67±3.34 55.00±5.00; "
     "DIA 48.24±2.61 65.43±6.25 69.68±1.90 62.03±2.29; DII 49.93±2.43 60.82±3.65 59.26±0.71 61.84±5.09")
 TABLE_2_COLUMNS = ("base", "single_task", "multitask", "cross_task")  # PAPER_TABLE_2's cells, in order
+# Table 2, Spearman Rank-order Correlation: Base, Single-task, Multi-task, Cross-task, one figure a
+# cell (no ±: the caption says accuracy is the average of 5 seeds, not how correlation is), None
+# where the paper prints "-" (no ranked data: heap.Criterion.ranked is False). Read as each row's
+# last four tab-separated fields of the extraction, which are legible: its "<u>0.211</u>" is the
+# paper's underline (second-best; it falls on each row's second-highest figure, so the columns are
+# in order), bold is lost. No cell was unreadable. Checked against heap.txt by
+# tests/scripts/test_heap_benchmark.py.
+PAPER_TABLE_2_SPEARMAN = {
+    name: tuple(None if x == "-" else float(x) for x in cells)
+    for name, *cells in (row.split() for row in (
+        "AH - - - -; AG 0.181 0.379 0.231 0.146; AV 0.063 -0.026 0.293 0.093; QA - - - -; HS - - - -; "
+        "CR - - - -; BCN - - - -; CCN - - - -; CNG 0.089 0.472 0.538 0.193; CNSp 0.086 0.211 0.278 0.090; "
+        "CNSu -0.152 0.143 0.413 0.081; CNI -0.081 0.574 0.472 -0.014; CNO 0.181 0.440 0.580 -0.125; "
+        "CNSt -0.087 0.436 0.461 0.129; HSO -0.170 0.425 0.399 0.086; SRC - - - -; SRE - - - -; "
+        "SRPl - - - -; SRPr - - - -; SRS - - - -; DIA -0.009 0.302 0.321 0.268; DII 0.060 0.252 0.215 0.080"
+    ).split(";"))}
 # §6's averages of Table 2's columns ("50.58%", "63.24%", "68.82%", "54.85%").
 PAPER_TABLE_2_AVERAGE = {"base": 50.58, "single_task": 63.24, "multitask": 68.82, "cross_task": 54.85}
 # Table 3, column Cross Cluster, per cluster (its Single-Task and Cross All columns repeat Table 2's).
@@ -241,7 +260,7 @@ def cell(runs: Sequence[Run], target: str, task_name: Callable[[str], str]) -> d
   spearman = [e["spearman"] for e in per_seed if e["spearman"] is not None]
   if spearman:
     out["spearman"] = _spread(spearman)
-  out["seeds"] = [{k: e[k] for k in ("eval_dir", "accuracy", "accuracy_ties_half", "items", "ties",
+  out["seeds"] = [{k: e[k] for k in ("eval_dir", "accuracy", "accuracy_ties_half", "spearman", "items", "ties",
                                      "checkpoint_step")} for e in per_seed]
   return out
 
@@ -271,8 +290,11 @@ def assemble(heap, *, out_dir: str, seeds: Sequence[int]) -> dict:
         for column in ("single_task", "cross_task", "cross_cluster")}}
   average_2 = {p: (float(np.mean([table_2[t][p]["accuracy"]["mean"] for t in heap.HEAP_CRITERIA]))
                    if all(table_2[t][p] for t in heap.HEAP_CRITERIA) else None) for p in TABLE_2_COLUMNS}
+  # The paper's Table 2 beside ours, as it prints it (accuracy in %, mean and std; Spearman: one figure).
+  paper_2 = {t: {p: {"accuracy_percent": list(PAPER_TABLE_2[t][i]), "spearman": PAPER_TABLE_2_SPEARMAN[t][i]}
+                 for i, p in enumerate(TABLE_2_COLUMNS)} for t in heap.HEAP_CRITERIA}
   return {"out_dir": out_dir, "seeds": list(seeds), "table_2": table_2, "table_2_average": average_2,
-          "table_3": table_3}
+          "paper_table_2": paper_2, "table_3": table_3}
 
 
 def _ours(entry: dict | None) -> str:
@@ -281,6 +303,19 @@ def _ours(entry: dict | None) -> str:
   e = entry["accuracy"]
   std = "" if e["std"] is None else f" ± {100 * e['std']:.2f}"
   return f"{100 * e['mean']:.2f}{std} ({e['n']})"
+
+
+def _ours_spearman(entry: dict | None) -> str:
+  """Spearman to 3 places as the paper prints it; (n): the seeds that had one."""
+  e = (entry or {}).get("spearman")
+  if not e:
+    return "-"
+  std = "" if e["std"] is None else f" ± {e['std']:.3f}"
+  return f"{e['mean']:.3f}{std} ({e['n']})"
+
+
+def _paper_spearman(figure: float | None) -> str:
+  return "-" if figure is None else f"{figure:.3f}"
 
 
 def _paper(figure) -> str:
@@ -298,16 +333,22 @@ def _mean_text(value: float | None) -> str:
 
 
 def tables_markdown(tables: dict, clusters: Sequence[str] = TABLE_3_CLUSTERS) -> str:
-  """Table 2 and Table 3 in the paper's layout, ours (mean ± std over seeds, seeds in brackets)
-  beside the paper's figure; Table 3 for `clusters`."""
+  """Table 2 (accuracy and Spearman) and Table 3 in the paper's layout, ours (mean ± std over seeds,
+  seeds in brackets) beside the paper's figure; Table 3 for `clusters`."""
   names = {"base": "Base", "single_task": "Single-task", "multitask": "Multi-task", "cross_task": "Cross-task"}
-  header = ["Task"] + [f"{names[p]}{suffix}" for p in TABLE_2_COLUMNS for suffix in ("", " (paper)")]
+  # Table 2's layout: the accuracy columns, then the Spearman ones; the paper averages accuracy only.
+  header = ["Task"] + [f"{names[p]}{kind}{suffix}" for kind in ("", " Spearman") for p in TABLE_2_COLUMNS
+                       for suffix in ("", " (paper)")]
   rows = [[t] + [text for i, p in enumerate(TABLE_2_COLUMNS)
                  for text in (_ours(cells[p]), _paper(PAPER_TABLE_2[t][i]))]
+          + [text for i, p in enumerate(TABLE_2_COLUMNS)
+             for text in (_ours_spearman(cells[p]), _paper_spearman(PAPER_TABLE_2_SPEARMAN[t][i]))]
           for t, cells in tables["table_2"].items()]
   rows.append(["Average"] + [text for p in TABLE_2_COLUMNS for text in
-                             (_mean_text(tables["table_2_average"][p]), f"{PAPER_TABLE_2_AVERAGE[p]:.2f}")])
-  parts = [_markdown("Table 2: accuracy on each criterion's test split, in % (a tie is wrong, §5)",
+                             (_mean_text(tables["table_2_average"][p]), f"{PAPER_TABLE_2_AVERAGE[p]:.2f}")]
+              + ["-"] * 2 * len(TABLE_2_COLUMNS))
+  parts = [_markdown("Table 2: accuracy on each criterion's test split, in % (a tie is wrong, §5), and "
+                     "Spearman correlation of the model's scores with the humans' (criteria with ranked data)",
                      header, rows)]
   for cluster in clusters:
     entry = tables["table_3"][cluster]

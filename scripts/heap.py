@@ -9,10 +9,10 @@ multi-task: one; cross-cluster: one per cluster and member; base: one, untrained
 line, its protocol's recipe and its target's Table 4 row) and its evaluation on its own target's
 test split only (scripts.evaluate, gin/recipes/heap/evaluate.gin). A rerun skips what is finished
 and resumes the rest. At the end it assembles every finished run under --out_dir into Tables 2 and
-3 (runner/heap_benchmark.py), prints them beside the paper's figures and writes
-heap_tables.{json,md} there. --dry_run prints the plan; --print_commands prints each run's
-commands (for a pod) and runs nothing. Other --gin_file/--gin.NAME arguments reach every training
-and evaluation (data files, TASK_FEATURE_LENGTHS, INITIAL_CHECKPOINT_PATH, ...).
+3 (runner/heap_benchmark.py; Table 2: accuracy and Spearman), prints them beside the paper's
+figures and writes heap_tables.{json,md} there. --dry_run prints the plan; --print_commands prints
+each run's commands (for a pod) and runs nothing. Other --gin_file/--gin.NAME arguments reach every
+training and evaluation (data files, TASK_FEATURE_LENGTHS, INITIAL_CHECKPOINT_PATH, ...).
 """
 import shlex
 from typing import Sequence

@@ -1,7 +1,8 @@
 """scripts.heap: HEAP's protocols as one command, and Tables 2 and 3 from each target's own run.
 
 The paper's figures the tables print are read back from the paper's own text (Tables 2 and 3 of
-../shared/papers/heap.txt, the extraction's LaTeX and its "SRPI" undone). The commands run as
+../shared/papers/heap.txt, accuracy and Spearman, the extraction's LaTeX, underlines and its "SRPI"
+undone). The commands run as
 their `__main__` runs them, in this process (tests/helpers/cli.py: a fresh interpreter would prove
 nothing more and import TensorFlow and seqio again for each command), on the quickstart files, the
 tiny model, one or two steps; a cell is checked against the items of its own run's
@@ -72,6 +73,26 @@ def test_the_paper_figures_are_tables_2_and_3_of_heap_txt():
     assert (float(average[2]), float(average[3])) == bench.PAPER_TABLE_3_AVERAGE[cluster]
 
 
+def test_the_paper_spearman_figures_are_table_2s_other_half():
+  lines = paper_lines()
+  start = next(i for i, line in enumerate(lines) if line.startswith("Task\tAccuracy"))
+  end = next(i for i, line in enumerate(lines) if line.startswith("Table 2:"))
+  assert lines[start].split("\t")[5] == "Spearman Rank-order Correlation"
+  assert lines[start + 1].split("\t")[5:9] == ["Base", "Single-task", "Multi-task", "Cross-task"]
+  table_2 = _paper_rows(lines[start:end])
+  read = {t: tuple(None if c == "-" else float(re.sub(r"</?u>", "", c)) for c in cells[4:])
+          for t, cells in table_2.items()}
+  assert read == bench.PAPER_TABLE_2_SPEARMAN
+  # The rows with figures are the criteria the evaluation computes Spearman for.
+  assert {t for t, row in read.items() if row != (None,) * 4} == {t for t, c in heap.HEAP_CRITERIA.items() if c.ranked}
+  assert all(None not in row for row in read.values() if row != (None,) * 4)  # no cell unreadable
+  # The underline (second-best) marks each row's second-highest figure: the columns are in order.
+  for t, cells in table_2.items():
+    for i, c in enumerate(cells[4:]):
+      if c.startswith("<u>"):
+        assert sorted(read[t], reverse=True)[1] == read[t][i], t
+
+
 def test_each_protocol_plans_one_run_per_target_and_seed():
   def count(criterion):
     return 10
@@ -91,17 +112,66 @@ def test_each_protocol_plans_one_run_per_target_and_seed():
                train_steps=1)
 
 
-def _evaluation(folder: pathlib.Path, task: str, pairs, fingerprint: str, recorded=None, **provenance) -> str:
-  """An evaluation folder as runner/evaluate.py writes it: (good, bad) scores of each item."""
+def _evaluation(folder: pathlib.Path, task: str, pairs, fingerprint: str, recorded=None, spearman=None,
+                **provenance) -> str:
+  """An evaluation folder as runner/evaluate.py writes it: (good, bad) scores of each item, and
+  `spearman` when given."""
   folder.mkdir(parents=True)
   outputs.write_predictions(str(folder), [
       {"task": task, "id": f"{task}-{i}", "scores": [good, bad], "gold": [1, 0], "prediction": int(bad > good)}
       for i, (good, bad) in enumerate(pairs)])
   half = np.mean([(g > b) + 0.5 * (g == b) for g, b in pairs])
   value = half if recorded is None else recorded
-  outputs.write_metrics(str(folder), {task: {"pairwise_accuracy": {"value": value, "low": 0.0, "high": 1.0}}},
+  metrics = {"pairwise_accuracy": {"value": value, "low": 0.0, "high": 1.0}}
+  if spearman is not None:
+    metrics["spearman"] = outputs.interval(spearman, -1.0, 1.0)
+  outputs.write_metrics(str(folder), {task: metrics},
                         provenance={"params_fingerprint": fingerprint, "checkpoint_step": 2, **provenance})
   return str(folder)
+
+
+def _table_2(markdown: str) -> dict[str, dict[str, str]]:
+  """heap_tables.md's Table 2: criterion -> {column: cell}."""
+  lines = markdown.split("### Table 2")[1].split("### ")[0].strip().splitlines()
+  header = [c.strip() for c in lines[2].strip("|").split("|")]
+  return {cells[0]: dict(zip(header, cells)) for line in lines[4:]
+          for cells in [[c.strip() for c in line.strip("|").split("|")]]}
+
+
+def test_table_2_writes_each_setups_spearman_beside_the_papers(tmp_path):
+  # CNG: single-task over three seeds; multi-task over two, a third without Spearman (its humans'
+  # scores tied); AH (no ranked data) cross-task: accuracy only.
+  spearman = {("single_task", "cng"): [0.5, 0.2, -0.1], ("multitask", "all"): [0.3, 0.6, None]}
+  for (protocol, name), values in spearman.items():
+    for seed, value in enumerate(values):
+      _evaluation(tmp_path / protocol / name / f"seed_{seed}" / "eval_cng", "heap_cng",
+                  [(1.0, 0.0), (0.0, 1.0), (float(seed), 0.5)], f"{protocol} {seed}", spearman=value)
+  _evaluation(tmp_path / "cross_task" / "ah" / "seed_0" / "eval_ah", "heap_ah", [(1.0, 0.0)], "ah")
+  tables = bench.assemble(heap, out_dir=str(tmp_path), seeds=[0, 1, 2])
+  json_path, md_path = bench.write_tables(tables, str(tmp_path))
+  written = json.loads(pathlib.Path(json_path).read_text())
+  rows = _table_2(pathlib.Path(md_path).read_text())
+  assert list(rows) == [*heap.HEAP_CRITERIA, "Average"]
+  for (protocol, name), values in spearman.items():
+    cell = written["table_2"]["CNG"][protocol]
+    # Each seed's figure is its own evaluation's metrics.json.
+    assert [s["spearman"] for s in cell["seeds"]] == [
+        outputs.read_metrics(s["eval_dir"])["heap_cng"].get("spearman", {}).get("value") for s in cell["seeds"]]
+    assert [s["spearman"] for s in cell["seeds"]] == values
+    present = [v for v in values if v is not None]
+    mean, std = sum(present) / len(present), math.sqrt(
+        sum((v - sum(present) / len(present)) ** 2 for v in present) / (len(present) - 1))
+    assert (cell["spearman"]["mean"], cell["spearman"]["std"]) == (pytest.approx(mean), pytest.approx(std))
+    column = {"single_task": "Single-task", "multitask": "Multi-task"}[protocol]
+    assert rows["CNG"][f"{column} Spearman"] == f"{mean:.3f} ± {std:.3f} ({len(present)})"
+    assert rows["CNG"][column].endswith(f" ({len(values)})")  # accuracy: every seed
+  paper = {"Base": "0.089", "Single-task": "0.472", "Multi-task": "0.538", "Cross-task": "0.193"}  # Table 2, CNG
+  assert {c: rows["CNG"][f"{c} Spearman (paper)"] for c in paper} == paper
+  assert written["paper_table_2"]["CNG"]["multitask"] == {"accuracy_percent": [82.17, 1.78], "spearman": 0.538}
+  assert (rows["CNG"]["Base Spearman"], rows["CNG"]["Cross-task Spearman"]) == ("-", "-")  # not run
+  assert rows["AH"]["Cross-task"] == "100.00 (1)"
+  assert (rows["AH"]["Cross-task Spearman"], rows["AH"]["Cross-task Spearman (paper)"]) == ("-", "-")
+  assert [rows["Average"][f"{c} Spearman (paper)"] for c in paper] == ["-"] * 4  # the paper averages accuracy
 
 
 def test_a_tie_is_wrong_and_half_right_only_in_the_named_variant(tmp_path):
@@ -201,6 +271,13 @@ def test_base_scores_the_seeded_head_a_training_run_starts_from(tmp_path):
   tables = json.loads((out / "heap_tables.json").read_text())
   assert tables["table_2"]["CNG"]["base"]["accuracy"]["n"] == 1
   assert tables["table_2"]["CNG"]["single_task"] is None
+  # Table 2's Spearman half: the evaluation's own figure (none on the quickstart's four CNG test
+  # items, where the evaluation writes none), beside the paper's.
+  spearman = outputs.read_metrics(str(model_dir / "eval_cng"))["heap_cng"].get("spearman")
+  assert tables["table_2"]["CNG"]["base"]["seeds"][0]["spearman"] == (spearman and spearman["value"])
+  row = _table_2((out / "heap_tables.md").read_text())["CNG"]
+  ours = "-" if spearman is None else f"{spearman['value']:.3f} (1)"
+  assert (row["Base Spearman"], row["Base Spearman (paper)"]) == (ours, "0.089")
 
 
 def test_a_group_average_is_not_printed_as_a_95_percent_interval():
