@@ -3,11 +3,20 @@
 The recipe (../shared/data/README.md): every judged output gets a score within
 its context (several raters: the mean; CHASM and the counter-narrative ratings: the
 integer mean, as HEAP's authors applied it); every ordered pair of outputs with a
-strictly higher score gives one comparison, ties give none (but defeasible
-inference keeps its ties: Table 1's counts need them). Sources judged in
-pairs (CommonGen, story rewriting) are aggregated per pair instead: the mean
-signed preference decides, and 0 gives none. Two outputs with the same text are
-compared like any others (HEAP counts them), though no model can tell them apart.
+strictly higher score gives one comparison, ties give none: HEAP §1 makes each
+instance two generations "such that one ... was ranked better than the other", and §3
+states no tie rule. Defeasible inference keeps its ties (its Table 1 count is every
+pair). Sources judged in pairs (CommonGen, story rewriting) are aggregated per pair
+instead: the mean signed preference decides, and 0 gives none (story rewriting:
+unless `story_comparisons.keep_ties`). Two outputs with the same text are compared
+like any others (HEAP counts them), though no model can tell them apart.
+
+Table 1's "#Examples" is not one kind of count: HEAP's released loaders (its footnote 2's
+repository, code/data_collection/) head some with "Total: N data points", the judged records
+(AH 1,200; story rewriting 4,400; DIA and DII 7,176, the defeasible file's line count), and
+others with "N Comparison Data points" (QA 1,917; AG and AV 598; CR; the hate-speech
+criteria). docs/heap.md sets each criterion's count here beside Table 1's and says which rule
+gives it.
 
 The criteria are `t5_tasks.heap.criteria`'s; the readers of the released files
 `t5_tasks.heap.readers` and `t5_tasks.heap.hate_speech_readers`. Table 5's inputs and the splits
@@ -21,6 +30,8 @@ import json
 import os
 import random
 from typing import Callable
+
+import gin
 
 import storage
 from t5_tasks.heap import hate_speech_readers
@@ -150,8 +161,10 @@ def _ranked(task: str, output_label: str, groups: dict, *, ties: bool = False) -
   return _numbered(task, output_label, out)
 
 
-def _paired(task: str, output_label: str, judgments: dict) -> list[Comparison]:
-  """judgments: {key: (context, text1, text2, [preferences for text1 in -1..1])} -> the mean decides.
+def _paired(task: str, output_label: str, judgments: dict, *, ties: bool = False) -> list[Comparison]:
+  """judgments: {key: (context, text1, text2, [preferences for text1 in -1..1])} -> the mean decides;
+  with `ties`, a mean of 0 gives text1 over text2 too (scores 0 and 0). A pair nobody answered
+  gives none either way.
 
   As in `_ranked`, two identical texts keep the comparison their judges' mean preference gives."""
   out = []
@@ -159,8 +172,8 @@ def _paired(task: str, output_label: str, judgments: dict) -> list[Comparison]:
     if not prefs:
       continue
     mean = sum(prefs) / len(prefs)
-    if mean != 0:
-      good, bad = (first, second) if mean > 0 else (second, first)
+    if mean != 0 or ties:
+      good, bad = (first, second) if mean >= 0 else (second, first)
       out.append((context, good, bad, abs(mean), -abs(mean)))
   return _numbered(task, output_label, out)
 
@@ -196,9 +209,28 @@ def advice_comparisons(task, situations) -> list[Comparison]:
   return _numbered(task, "advice", out)
 
 
-def tellmewhy_comparisons(task, answers) -> list[Comparison]:
+@gin.configurable(module="t5_tasks.heap")
+def tellmewhy_comparisons(task, answers, qa_repeat_per_answer_row: bool = False) -> list[Comparison]:
+  """AG, AV: the answers to one question, ranked by their mean rating (ties give none). QA: the
+  questions of one narrative, ranked by their answerability.
+
+  A question's answerability is judged once but the file lists it on each of its answer rows
+  (3 here), so QA takes one output per question (its rows' mean) and compares questions of one
+  narrative with a strictly different answerability: 213 comparisons in the release.
+
+  qa_repeat_per_answer_row: HEAP's own construction instead, which Table 1's QA 1,917 counts
+  (= 9 x 213; its released QuestionAnswerabilityDataLoader): every pair of the narrative's rows
+  whose answerability differs, so each question pair comes once per pair of the two questions'
+  answer rows (3 x 3 here), the same (good, bad) questions repeated. It leaks: §3's random
+  80/10/10 split then puts copies of most test comparisons in training. Off by default.
+  """
   groups = collections.OrderedDict()
   if task == "QA":
+    if qa_repeat_per_answer_row:
+      for a in answers:
+        groups.setdefault(a.narrative, ((("narrative", a.narrative),), []))[1].append(
+            (a.question, 1.0 if a.is_ques_answerable else 0.0))
+      return _ranked(task, "question", groups)
     # A question is judged once but listed with each of its answers: one output per question.
     scores = collections.OrderedDict()
     for a in answers:
@@ -248,27 +280,36 @@ _STORY_PREFERENCE = {"A": 1.0, "B": -1.0, "S": 0.0, "IR": 0.0}
 _STORY_ANSWER = {"SRC": "counterfactual", "SRE": "ending", "SRPl": "plot", "SRPr": "premise", "SRS": "second"}
 
 
-def story_comparisons(task, judgments) -> list[Comparison]:
-  """Pooled per story and pair of rewrites, whichever side each worker saw them on.
+@gin.configurable(module="t5_tasks.heap")
+def story_comparisons(task, judgments, keep_ties: bool = False) -> list[Comparison]:
+  """Pooled per story and pair of rewrites, whichever side each worker saw them on: A +1, B -1,
+  S ("little to no difference") and IR ("both irrelevant") 0; the mean decides, 0 gives none.
 
   The context is the second story (the premise and the counterfactual sentence) whose ending was
   rewritten, as Table 5's SRE example reads: `story <sep> {premise} {counterfactual} <sep> ending
   <sep> {rewritten ending}`. SRPl's Table 5 instruction ("You are given a story, an original ending
   and a rewritten ending") also gives the original ending.
+
+  keep_ties: a pair whose mean is 0 gives a comparison too, the rewrite first shown as A over the
+  other (scores 0 and 0): every judged pair counts, the same number (664 here) for all five
+  criteria, as Table 1's five equal 4,400s are. Off by default: a tied pair's label is arbitrary,
+  and the equal 4,400s are no tie rule: HEAP's released loaders head them "Total: 4400" as they
+  head DIA's and DII's 7,176 (the defeasible file's line count), records rather than comparisons
+  (the released file holds 1,400 judgments), and they keep A and B answers only: ties dropped.
   """
   criterion = _STORY_ANSWER[task]
   pairs = collections.OrderedDict()
   for j in judgments:
-    first, second = sorted(j.rewrites)
     context = (("story", f"{j.premise} {j.counterfactual}"),)
     if task == "SRPl":
       context += (("original ending", j.ending),)
-    entry = pairs.setdefault((j.story_id, first, second), (context, first, second, []))
+    # One entry per unordered pair; its texts in the order the pair was first shown (A, B).
+    entry = pairs.setdefault((j.story_id, *sorted(j.rewrites)), (context, *j.rewrites, []))
     answer = j.answers[criterion]
     if answer:  # blank: the worker skipped the question
-      flip = 1.0 if j.rewrites[0] == first else -1.0
+      flip = 1.0 if j.rewrites[0] == entry[1] else -1.0
       entry[3].append(flip * _STORY_PREFERENCE[answer])
-  return _paired(task, "ending", pairs)
+  return _paired(task, "ending", pairs, ties=keep_ties)
 
 
 _COUNTER_NARRATIVE_RATING = {"BCN": "best", "CCN": "choose", "CNG": "grammaticality",

@@ -6,9 +6,11 @@ import itertools
 import json
 import pathlib
 import re
+import statistics
 import types
 from fractions import Fraction
 
+import gin
 import pytest
 
 from t5_tasks import heap
@@ -38,9 +40,10 @@ def _tellmewhy_expected(path):
           "QA": _ranked_pairs(answerable)}
 
 
-def _check(comparisons, task):
-  # Defeasible inference keeps tied pairs (Table 1's counts): good's score is then equal, not higher.
-  assert all(c.task == task and (c.good_score >= c.bad_score if task in ("DIA", "DII") else
+def _check(comparisons, task, ties=False):
+  # Defeasible inference keeps tied pairs (Table 1's counts), as story rewriting does with
+  # `keep_ties`: good's score is then equal, not higher.
+  assert all(c.task == task and (c.good_score >= c.bad_score if ties or task in ("DIA", "DII") else
                                  c.good_score > c.bad_score) for c in comparisons)
   assert len({c.id for c in comparisons}) == len(comparisons)
   assert all(c.id.startswith(f"{task}-") for c in comparisons)
@@ -52,6 +55,70 @@ def test_tellmewhy_quickstart(task):
   assert len(comparisons) == _tellmewhy_expected(QUICK_TELLMEWHY)[task] > 0
   assert report.skipped == 0
   _check(comparisons, task)
+
+
+@pytest.fixture
+def gin_bindings():
+  """Parses gin bindings for one test and clears them after it."""
+  gin.clear_config()
+  yield gin.parse_config
+  gin.clear_config()
+
+
+def _write_tellmewhy(path, rows):
+  """rows: (narrative, question, answerable); each row one answer with the same ratings."""
+  with open(path, "w", newline="", encoding="utf-8") as f:
+    writer = csv.writer(f)
+    writer.writerow(["narrative", "question", "answer", "is_ques_answerable", "val_ann", "gram_ann"])
+    for n, (narrative, question, answerable) in enumerate(rows):
+      writer.writerow([narrative, question, f"answer {n}", "Answerable" if answerable else "Not Answerable",
+                       "[1, 1, 1]", "[2, 2, 2]"])
+
+
+def test_qa_one_output_per_question_or_the_papers_row_pairs(tmp_path, gin_bindings):
+  """Three questions of one narrative (q1 and q3 answerable, q2 not), each on 3 answer rows: the
+  project compares questions (2 comparisons); HEAP's construction compares rows, each question
+  pair 3 x 3 times (18); a narrative of one question gives none either way."""
+  path = tmp_path / "tellmewhy.csv"
+  _write_tellmewhy(path, [("N", q, a) for q, a in (("q1", True), ("q2", False), ("q3", True))] * 3
+                   + [("M", "m1", True)] * 3)
+  answers, _ = heap.read_tellmewhy(path)
+  assert [(c.good, c.bad) for c in heap.tellmewhy_comparisons("QA", answers)] == [("q1", "q2"), ("q3", "q2")]
+  repeated = heap.tellmewhy_comparisons("QA", answers, qa_repeat_per_answer_row=True)
+  assert collections.Counter((c.good, c.bad) for c in repeated) == {("q1", "q2"): 9, ("q3", "q2"): 9}
+  assert all(c.context == (("narrative", "N"),) and (c.good_score, c.bad_score) == (1.0, 0.0) for c in repeated)
+  gin_bindings("t5_tasks.heap.tellmewhy_comparisons.qa_repeat_per_answer_row = True")
+  assert len(heap.read_heap_comparisons("QA", path)[0]) == 18
+  assert len(heap.read_heap_comparisons("AV", path)[0]) == 0  # the option is QA's: AV's answers tie
+
+
+def _write_story(path, judgments):
+  """judgments: (rewrite shown as A, rewrite shown as B, answer on every criterion), one story."""
+  columns = ["Input.STORY", "Input.X1", "Input.X2", "Input.Y", "Input.XX2", "Input.YY1", "Input.YY2",
+             "Input.YY1_MODEL", "Input.YY2_MODEL"] + [f"Answer.{c}" for c in STORY]
+  with open(path, "w", newline="", encoding="utf-8") as f:
+    writer = csv.writer(f)
+    writer.writerow(columns)
+    for a, b, answer in judgments:
+      writer.writerow(["s1", "Premise.", "Second.", "Ending.", "Counterfactual.", a, b, "m1", "m2"] + [answer] * 5)
+
+
+def test_story_ties_dropped_or_kept(tmp_path, gin_bindings):
+  """r1 over r2 by both workers (shown either way round); r1 and r3 judged S and IR, r2 and r3
+  one A each way (the votes cancel): ties, dropped by default, kept with `keep_ties` (the
+  rewrite first shown as A first, scores 0); r1 and r4's only judgment is blank: none either way."""
+  path = tmp_path / "story.csv"
+  _write_story(path, [("r1", "r2", "A"), ("r2", "r1", "B"), ("r3", "r1", "S"), ("r1", "r3", "IR"),
+                      ("r2", "r3", "A"), ("r3", "r2", "A"), ("r1", "r4", "")])
+  judgments, _ = heap.read_story_rewriting(path)
+  for task in STORY.values():
+    dropped = heap.story_comparisons(task, judgments)
+    assert [(c.good, c.bad, c.good_score, c.bad_score) for c in dropped] == [("r1", "r2", 1.0, -1.0)]
+    kept = heap.story_comparisons(task, judgments, keep_ties=True)
+    assert [(c.good, c.bad, c.good_score) for c in kept] == [("r1", "r2", 1.0), ("r3", "r1", 0.0), ("r2", "r3", 0.0)]
+    _check(kept, task, ties=True)
+  gin_bindings("t5_tasks.heap.story_comparisons.keep_ties = True")
+  assert len(heap.read_heap_comparisons("SRC", path)[0]) == 3
 
 
 def test_advice_quickstart_good_side_follows_the_majority():
@@ -307,6 +374,10 @@ def test_story_rewriting_real(shared_data, criterion):
   assert report.read == 1400
   assert len(comparisons) == expected
   _check(comparisons, STORY[criterion])
+  judgments, _ = heap.read_story_rewriting(path)
+  kept = heap.story_comparisons(STORY[criterion], judgments, keep_ties=True)
+  assert len(kept) == len(votes)  # every pair someone answered
+  _check(kept, STORY[criterion], ties=True)
 
 
 # --- the sources HEAP adds beyond the five above: recounted from the raw files -----------------
@@ -412,6 +483,97 @@ def test_table_1_counts_where_the_release_is_whole(shared_data):
   read = {task: len(heap.read_heap_comparisons(task, chasm if task in ("CNI", "CNO", "CNSt", "HSO")
                                               else defeasible)[0]) for task in recounted}
   assert read == recounted
+
+
+def test_qa_213_by_question_or_table_1s_1917_by_answer_row(shared_data):
+  """Table 1's QA 1,917 is 9 x the project's 213 on the same, whole file (464 questions x 3
+  answer rows, 190 narratives): HEAP's construction repeats each question pair once per pair of
+  the two questions' answer rows. With the option on, the file gives Table 1's count exactly."""
+  path = shared_data / "heap" / "tellmewhy" / "test_caters_subset.csv"
+  answers, report = heap.read_tellmewhy(path)
+  assert report.read == 1392 and len({(a.narrative, a.question) for a in answers}) == 464
+  assert len({a.narrative for a in answers}) == 190
+  by_question = heap.tellmewhy_comparisons("QA", answers)
+  by_row = heap.tellmewhy_comparisons("QA", answers, qa_repeat_per_answer_row=True)
+  assert len(by_question) == 213 and len(by_row) == _table_1(shared_data)["QA"] == 1917 == 9 * 213
+  key = lambda c: (c.context, c.good, c.bad)  # pylint: disable=unnecessary-lambda-assignment
+  assert collections.Counter(map(key, by_row)) == {key(c): 9 for c in by_question}
+
+
+def _tellmewhy_rule_counts(path) -> dict[str, tuple[int, int]]:
+  """{rule: (AG, AV)}: pairs of answers to one question under each rule tried for Table 1's 598."""
+  with open(path, newline="", encoding="utf-8") as f:
+    rows = list(csv.DictReader(f))
+  questions = collections.defaultdict(list)
+  for r in rows:
+    questions[(r["narrative"], r["question"])].append(r)
+
+  def count(reduce, strict=True, answerable_only=False):
+    return tuple(sum(1 for qs in questions.values()
+                     if not answerable_only or qs[0]["is_ques_answerable"] == "Answerable"
+                     for a, b in itertools.combinations([reduce(json.loads(r[column])) for r in qs], 2)
+                     if a != b or not strict)
+                 for column in ("gram_ann", "val_ann"))
+  mean = lambda v: Fraction(sum(v), len(v))  # pylint: disable=unnecessary-lambda-assignment
+  return {"strict, mean (the project's)": count(mean), "ties kept": count(mean, strict=False),
+          "strict, sum // count (HEAP's released loaders)": count(lambda v: sum(v) // len(v)),
+          "strict, median": count(statistics.median), "strict, mode": count(statistics.mode),
+          "strict, rounded mean": count(lambda v: round(mean(v))),
+          "answerable questions, ties kept": count(mean, strict=False, answerable_only=True),
+          "answerable questions, strict, mean": count(mean, answerable_only=True)}
+
+
+def test_tellmewhy_no_tie_rule_gives_table_1s_598(shared_data):
+  """AG and AV: Table 1 gives 598 each; no rule tried gives it on the (whole) released file, not
+  even the reduction of HEAP's own released loaders (whose header also says 598). The project
+  keeps strictly ordered pairs by the mean rating. docs/heap.md lists these counts."""
+  path = shared_data / "heap" / "tellmewhy" / "test_caters_subset.csv"
+  counts = _tellmewhy_rule_counts(path)
+  assert counts == {"strict, mean (the project's)": (1042, 993), "ties kept": (1392, 1392),
+                    "strict, sum // count (HEAP's released loaders)": (381, 463),
+                    "strict, median": (701, 572), "strict, mode": (743, 593),
+                    "strict, rounded mean": (692, 715), "answerable questions, ties kept": (921, 921),
+                    "answerable questions, strict, mean": (688, 645)}
+  table_1 = _table_1(shared_data)
+  assert table_1["AG"] == table_1["AV"] == 598
+  assert all(598 not in pair for pair in counts.values())
+  assert tuple(len(heap.read_heap_comparisons(t, path)[0]) for t in ("AG", "AV")) == counts["strict, mean (the project's)"]
+
+
+def test_story_rewriting_tie_rules_against_table_1(shared_data):
+  """Table 1 gives each story-rewriting criterion 4,400; the released file holds 1,400 judgments of
+  664 pairs, so no rule reaches it. Ties kept (pooled per pair) makes the five counts equal, as
+  Table 1's are; ties dropped (the project's default) gives each its own; HEAP's released loaders
+  (one comparison per A or B answer, S and IR dropped) give other, unequal counts again."""
+  path = shared_data / "heap" / "story_rewriting" / "test_comparison_eval.csv"
+  judgments, _ = heap.read_story_rewriting(path)
+  dropped = {t: len(heap.story_comparisons(t, judgments)) for t in STORY.values()}
+  kept = {t: len(heap.story_comparisons(t, judgments, keep_ties=True)) for t in STORY.values()}
+  with open(path, newline="", encoding="utf-8") as f:
+    rows = list(csv.DictReader(f))
+  per_answer = {t: sum(r[f"Answer.{c}"] in ("A", "B") for r in rows) for c, t in STORY.items()}
+  assert len(rows) == 1400
+  assert dropped == {"SRC": 377, "SRE": 375, "SRPl": 385, "SRPr": 339, "SRS": 359}
+  assert kept == dict.fromkeys(STORY.values(), 664)
+  assert per_answer == {"SRC": 607, "SRE": 557, "SRPl": 689, "SRPr": 496, "SRS": 600}
+  assert {_table_1(shared_data)[t] for t in STORY.values()} == {4400}
+
+
+def test_defeasible_table_1_is_the_files_records(shared_data):
+  """DIA and DII: the project keeps ties, which gives Table 1's 7,176, also the file's line count
+  (2,392 groups x 3 updates); HEAP's released loaders head it "Total: 7176 data points" and, by
+  their own rule (each update type's groups alone, sum // count, strict), make 2,655 and 2,428
+  comparisons, the figures their headers give."""
+  path = shared_data / "heap" / "defeasible_inference" / "def_inf_eval_results.jsonl"
+  groups = collections.defaultdict(list)
+  with open(path, encoding="utf-8") as f:
+    lines = [json.loads(line) for line in f]
+  for r in lines:
+    groups[(r["pred_label"], r["premise"], r["hypothesis"])].append(sum(r["human_label"]) // len(r["human_label"]))
+  strict = collections.Counter(label for (label, *_), scores in groups.items()
+                               for a, b in itertools.combinations(scores, 2) if a != b)
+  assert len(lines) == 3 * len(groups) == 7176 == _table_1(shared_data)["DIA"]
+  assert (strict["attenuator"], strict["intensifier"]) == (2655, 2428)
 
 
 def _rendered(task, comparison, output):
