@@ -8,7 +8,7 @@ Writes predictions.jsonl, metrics.json and report.html.
 
   python -m scripts.run_baseline --baseline=timedial_overlap --eval_file=timedial_test.json --out=/tmp/b
   python -m scripts.run_baseline --baseline=asq_similarity --eval_file=asq.json --train_fraction=0.7 \
-      --out=/tmp/b
+      [--glove_file=glove.6B.300d.txt] --out=/tmp/b
   python -m scripts.run_baseline --baseline=length --eval_format=turingadvice --eval_file=eval.jsonl \
       --out=/tmp/b
   python -m scripts.run_baseline --baseline=tfidf_advice --train_file=advice.jsonl --eval_file=advice.jsonl \
@@ -71,6 +71,11 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
       "train_fraction", None,
       "asq_similarity without --train_file: train on this leading share of the evaluated items, test on the "
       "rest.", flag_values=fv)
+  flags.DEFINE_string(
+      "glove_file", None,
+      "asq_similarity: a GloVe text file (word, then numbers, per line) for the paper's two word-vector "
+      "features (ASQ §5); without it the baseline runs on tf-idf and overlap only, and its name says so.",
+      flag_values=fv)
   flags.DEFINE_list("annotation_files", [],
                     "asq_similarity: ASQ annotation rounds (pair types); default: the task's.",
                     flag_values=fv)
@@ -126,10 +131,23 @@ def run_asq_similarity(args):
   else:
     cut = int(len(examples) * args.train_fraction)
     train = examples[:cut]
-  model = asq_similarity.AsqSimilarity().fit(train)
+  glove = None
+  if args.glove_file:
+    # Only the words these items use are kept; every line of the file is checked.
+    glove = asq_similarity.read_glove(args.glove_file, asq_similarity.words_of(list(train) + examples[cut:]))
+  model = asq_similarity.AsqSimilarity(glove).fit(train)
   scores = model.score(examples[cut:])
-  notes = [f"trained on {len(train)} items, tested on {len(examples) - cut}; weights {model.weights}"]
-  return evaluated(task, args.eval_split, scores, cut, notes)
+  notes = [f"baseline: {model.name}",
+           f"trained on {len(train)} items, tested on {len(examples) - cut}; weights {model.weights}"]
+  provenance = {"baseline": model.name, "features": list(model.feature_names), "weights": model.weights,
+                "glove_file": args.glove_file, "train_items": len(train), "test_items": len(examples) - cut}
+  if glove is not None:
+    coverage = model.glove_coverage(list(train) + examples[cut:])
+    notes.append(f"GloVe file {args.glove_file}: {glove.lines} words of dimension {glove.dim}, "
+                 f"{len(glove.vectors)} of them used; {coverage['texts_without_vector']} of "
+                 f"{coverage['texts']} narratives and questions have no word with a vector (GloVe cosines 0)")
+    provenance["glove"] = {"words": glove.lines, "dim": glove.dim, "words_used": len(glove.vectors), **coverage}
+  return (*evaluated(task, args.eval_split, scores, cut, notes), provenance)
 
 
 def run_preference(args):
@@ -190,10 +208,16 @@ RUNNERS = {"tfidf_advice": run_tfidf_advice, "asq_similarity": run_asq_similarit
 
 def run(args: flags.FlagValues) -> None:
   """Runs the baseline that parsed flags `args` name and writes its outputs."""
-  records, metrics, notes = RUNNERS[args.baseline](args)
+  if args.glove_file and args.baseline != "asq_similarity":
+    raise app.UsageError(f"--glove_file is asq_similarity's; {args.baseline} has no word-vector feature")
+  # A runner may add a provenance record (what exactly ran: asq_similarity's features), which
+  # metrics.json keeps under "provenance".
+  records, metrics, notes, *provenance = RUNNERS[args.baseline](args)
+  provenance = provenance[0] if provenance else None
   outputs.write_predictions(args.out, records)
-  outputs.write_metrics(args.out, metrics)
-  page = report.write_report(args.out, title=f"Baseline {args.baseline} on {args.eval_file}",
+  outputs.write_metrics(args.out, metrics, provenance=provenance)
+  name = (provenance or {}).get("baseline", args.baseline)
+  page = report.write_report(args.out, title=f"Baseline {name} on {args.eval_file}",
                              metrics=metrics, notes=notes)
   for task, by_name in metrics.items():
     for name, e in by_name.items():

@@ -229,18 +229,32 @@ def timedial_metric_fn(targets, scores) -> dict[str, float]:
   return out
 
 
+ASQ_SEED = 0  # metrics.json's bootstrap seed of every ASQ accuracy (scripts.analyze asq's default too)
+
+
+def asq_group_accuracy(credit, *, seed: int = ASQ_SEED) -> Estimate:
+  """Accuracy with its interval over one ASQ population (all items, or one pair type's) from the
+  items' credit (`item_credit`): the one computation behind metrics.json's accuracy and
+  accuracy/GROUP and scripts.analyze asq's Table 4 cells (ASQ Table 4), so the same predictions
+  get the same interval in both. The seed is the group's as given (ASQ_SEED in metrics.json), not
+  derived from the group, so a group of the same items resamples alike wherever it is computed."""
+  return _mean_estimate(np.asarray(credit, np.float64), NUM_BOOTSTRAP, seed)
+
+
 def asq_metric_fn(targets, scores) -> dict[str, float]:
   """seqio score metric: accuracy, and accuracy per annotated pair type when known.
 
   The ASQ pair groups overlap (C+C and L+{U,I} lie inside C+{C,I}); an item counts in
-  every group `item_groups` gives it.
+  every group `item_groups` gives it. `accuracy` is over every scored item, annotated or not
+  (on the `annotation` split: all 500, of which the rounds annotated 200).
   """
   s, y, mask = _stack_candidates(targets, scores)
-  out = _flatten("accuracy", accuracy(s, y, mask=mask))
+  credit = top_k_credit(s, y, 1, mask)
+  out = _flatten("accuracy", asq_group_accuracy(credit))
   groups = [item_groups(t) for t in targets]
   for pair_type in sorted(set().union(*groups)):
     rows = np.asarray([pair_type in g for g in groups])
-    out.update(_flatten(f"accuracy/{pair_type}", accuracy(s[rows], y[rows], mask=mask[rows])))
+    out.update(_flatten(f"accuracy/{pair_type}", asq_group_accuracy(credit[rows])))
   return out
 
 

@@ -41,11 +41,19 @@ def analyze(args):
                                ["actual"] + table["qn_types"],
                                [[t] + row for t, row in zip(table["qn_types"], table["counts"])]))
   # Table 4's layout: a row per pair type, a column per judge (humans: the first round), then
-  # "% in data" (the first round's instances in the group; the groups overlap).
+  # "% in data" (the first round's instances in the group; the groups overlap). The two overall
+  # rows are over different items, and their labels say which: the annotated items (as the
+  # paper's OVERALL), and every item a system scored (its metrics.json's `accuracy`; the humans
+  # judged only the annotated ones). The intervals are metrics.json's (metrics.asq_group_accuracy).
   judges = list(result["by_pair_type"])
   shares = result["pair_type_shares"]
-  rows = [[g] + [f"{with_interval(b[g])} n={b[g]['n']}" if g in b else "" for b in result["by_pair_type"].values()]
+  cell = lambda e: f"{with_interval(e)} n={e['n']}" if e else ""
+  label = lambda g: result["overall_rows"]["all"] if g == "all" else g
+  rows = [[label(g)] + [cell(b.get(g)) for b in result["by_pair_type"].values()]
           + [f"{100 * shares[g]['share']:.1f}%" if g in shares else ""] for g in ["all", *asq.PAIR_GROUPS]]
+  if result["system_accuracy"]:
+    rows.append([result["overall_rows"]["system_accuracy"]]
+                + [cell(result["system_accuracy"].get(j)) for j in judges] + [""])
   tables.append(report.Table("Accuracy by pair type (Table 4; humans: the first round)",
                              ["pair type"] + judges + ["% in data"], rows))
   charts = [rate_chart(f"Accuracy by pair type: {j}", b) for j, b in result["by_pair_type"].items()]

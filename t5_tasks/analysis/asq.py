@@ -14,7 +14,6 @@ from typing import Mapping, Sequence
 from sklearn import metrics as sk_metrics
 
 from t5_tasks import metrics
-from t5_tasks.analysis import mean_interval
 from t5_tasks.sources import asq as asq_source
 
 QN_TYPES = tuple(asq_source.QN_TYPES)
@@ -30,9 +29,17 @@ def _by_id(annotations: Sequence, name: str) -> dict:
   return result
 
 
-def human_accuracy(annotations: Sequence, *, seed: int = 0) -> dict:
+def accuracy_interval(credit: Sequence[float], *, seed: int = metrics.ASQ_SEED) -> dict:
+  """{"value", "low", "high", "n"}: metrics.json's accuracy and interval of these credits
+  (`metrics.asq_group_accuracy`), with the count."""
+  if not len(credit):
+    raise ValueError("accuracy_interval: no items")
+  return {**metrics.asq_group_accuracy(credit, seed=seed).as_dict(), "n": len(credit)}
+
+
+def human_accuracy(annotations: Sequence, *, seed: int = metrics.ASQ_SEED) -> dict:
   """Share of annotations whose chosen question is the one the narrator asked."""
-  return mean_interval([a.annotated_label == a.true_label for a in annotations], seed=seed)
+  return accuracy_interval([float(a.annotated_label == a.true_label) for a in annotations], seed=seed)
 
 
 def round_agreement(first: Sequence, second: Sequence) -> dict:
@@ -68,7 +75,8 @@ def groups_of(annotation) -> tuple[str, ...]:
   return asq_source.pair_groups(annotation.true_qn_type, annotation.paired_qn_type)
 
 
-def accuracy_by_pair_type(correct: Sequence[tuple[Sequence[str], float]], *, seed: int = 0) -> dict[str, dict]:
+def accuracy_by_pair_type(correct: Sequence[tuple[Sequence[str], float]], *,
+                          seed: int = metrics.ASQ_SEED) -> dict[str, dict]:
   """Accuracy with CI over all and within each pair-type group, from (groups, credit) pairs."""
   groups: dict[str, list[float]] = {ALL_ITEMS: []}
   groups.update((name, []) for name in asq_source.PAIR_GROUPS)
@@ -76,7 +84,7 @@ def accuracy_by_pair_type(correct: Sequence[tuple[Sequence[str], float]], *, see
     groups[ALL_ITEMS].append(is_correct)
     for name in item_groups:
       groups[name].append(is_correct)
-  return {name: mean_interval(values, seed=seed) for name, values in groups.items() if values}
+  return {name: accuracy_interval(values, seed=seed) for name, values in groups.items() if values}
 
 
 def system_credit(predictions: Sequence[Mapping]) -> list[tuple[str, float]]:
@@ -109,7 +117,8 @@ def pair_type_shares(annotations: Sequence) -> dict[str, dict]:
 
 
 def analyze(first: Sequence, second: Sequence = (),
-            system_predictions: Mapping[str, Sequence[Mapping]] | None = None, *, seed: int = 0) -> dict:
+            system_predictions: Mapping[str, Sequence[Mapping]] | None = None, *,
+            seed: int = metrics.ASQ_SEED) -> dict:
   """Human accuracy per round, kappa, pair-type table, Table 4's accuracy by pair type (humans:
   the first round, as the paper's), and each system's accuracy by pair type on the annotated items.
 
@@ -128,10 +137,19 @@ def analyze(first: Sequence, second: Sequence = (),
     result["qn_type_pairs"]["second"] = qn_type_pairs(second)
     result["agreement"] = round_agreement(first, second)
   groups = groups_by_id(first, second)
+  untyped = sum(not g for g in groups.values())
+  # The two overall rows are over different items; each says which. Table 4's OVERALL HUMAN (90%)
+  # is the first round's 200 items, the "all" row's population.
+  result["overall_rows"] = {
+      ALL_ITEMS: f"overall (the {len(groups)} items a round annotated, {untyped} of them in no pair type)",
+      "system_accuracy": "overall (every item the system scored: metrics.json's accuracy)"}
   result["system_accuracy"] = {}
+  if seed != metrics.ASQ_SEED and system_predictions:
+    result["warnings"].append(f"intervals drawn with seed {seed}; metrics.json's are seed {metrics.ASQ_SEED}, "
+                              f"so a system's intervals here differ from its metrics.json's")
   for name, predictions in (system_predictions or {}).items():
     credit = system_credit(predictions)
-    result["system_accuracy"][name] = mean_interval([c for _, c in credit], seed=seed)
+    result["system_accuracy"][name] = accuracy_interval([c for _, c in credit], seed=seed)
     annotated = [(groups[i], c) for i, c in credit if i in groups]
     if annotated:
       result["by_pair_type"][name] = accuracy_by_pair_type(annotated, seed=seed)

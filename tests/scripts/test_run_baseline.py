@@ -113,6 +113,47 @@ def test_asq_baseline_is_the_model_evaluation_with_another_scorer(tmp_path):
                                                       tmp_path / "model"))
 
 
+def test_asq_baseline_says_what_it_is_with_and_without_a_glove_file(tmp_path, capsys):
+  """ASQ §5 / Table 5: the paper's baseline has four feature families, two of them GloVe's. Without
+  --glove_file the printed name and metrics.json's provenance say it is the reduced two-feature one;
+  with a (tiny, written here) GloVe file it has all four, and the file's coverage is said."""
+  train, test = f"--train_file={DATA / 'asq_train.json'}", f"--eval_file={DATA / 'asq_test.json'}"
+  _run(tmp_path / "reduced", "--baseline=asq_similarity", train, test)
+  reduced_name = "asq_similarity (tf-idf + overlap; no GloVe file: the paper's word-vector features are off)"
+  assert f"baseline: {reduced_name}" in capsys.readouterr().out.splitlines()
+  provenance = outputs.read_provenance(str(tmp_path / "reduced"))
+  assert provenance["baseline"] == reduced_name and provenance["glove_file"] is None
+  assert provenance["features"] == ["tfidf_cosine", "content_overlap"]
+  assert f"Baseline {reduced_name}" in (tmp_path / "reduced" / "report.html").read_text().replace("&#x27;", "'")
+
+  words = sorted({w for path in ("asq_train.json", "asq_test.json")
+                  for row in json.load(open(DATA / path, encoding="utf-8"))
+                  for text in (row["narrative"], row["qn1"], row["qn2"]) for w in re.findall(r"\b\w\w+\b", text.lower())})
+  rng = np.random.default_rng(0)
+  glove = tmp_path / "glove.txt"
+  glove.write_text("".join(f"{w} {' '.join(f'{x:.4f}' for x in rng.normal(size=4))}\n" for w in words[::2])
+                   + "unused_word 1 2 3 4\n")
+  _, metrics = _run(tmp_path / "full", "--baseline=asq_similarity", train, test, f"--glove_file={glove}")
+  lines = capsys.readouterr().out.splitlines()
+  provenance = outputs.read_provenance(str(tmp_path / "full"))
+  assert provenance["features"] == ["tfidf_cosine", "content_overlap", "tfidf_glove_cosine", "mean_glove_cosine"]
+  assert provenance["glove_file"] == str(glove) and provenance["baseline"].startswith(
+      "asq_similarity (the paper's features: tf-idf, tf-idf-weighted GloVe, averaged GloVe, overlap; GloVe file")
+  assert provenance["glove"]["words"] == len(words[::2]) + 1
+  assert provenance["glove"]["words_used"] == len(words[::2])
+  assert f"baseline: {provenance['baseline']}" in lines
+  assert any(line.startswith(f"GloVe file {glove}: {len(words[::2]) + 1} words of dimension 4, "
+                             f"{len(words[::2])} of them used;") for line in lines), lines
+  assert set(metrics["asq_intent_cloze"]) >= {"accuracy"}
+
+  glove.write_text("the 0.1 0.2\ncoffee 0.3 oops\n")
+  with pytest.raises(ValueError, match=re.escape(f"{glove}: line 2: field 3: 'oops' is not a finite number")):
+    _run(tmp_path / "bad", "--baseline=asq_similarity", train, test, f"--glove_file={glove}")
+  with pytest.raises(app.UsageError, match="--glove_file is asq_similarity's; timedial_overlap has no"):
+    _run(tmp_path / "other", "--baseline=timedial_overlap", f"--eval_file={DATA / 'timedial_test.json'}",
+         f"--glove_file={glove}")
+
+
 def test_timedial_baseline_metrics_by_hand_and_as_the_model_evaluation(tmp_path):
   path = DATA / "timedial_test.json"
   baseline = _run(tmp_path / "baseline", "--baseline=timedial_overlap", f"--eval_file={path}")

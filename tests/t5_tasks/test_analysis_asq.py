@@ -166,13 +166,24 @@ def test_pair_type_table_is_metrics_json_s(shared_data):
   rounds = [read_asq_annotations(files["asq_annotations"][r])[0] for r in ("first", "second")]
   predictions = [{"id": e["id"], "scores": s, "prediction": int(s[1] > s[0]), "gold": e["candidate_labels"]}
                  for e, s in zip(examples, scores)]
-  by_type = asq.analyze(*rounds, system_predictions={"sys": predictions})["by_pair_type"]["sys"]
+  analysis = asq.analyze(*rounds, system_predictions={"sys": predictions})
+  by_type = analysis["by_pair_type"]["sys"]
+  # The two overall rows: metrics.json's `accuracy` is every scored item (the 500), the "all" row
+  # the 200 the first round annotated (the second's 75 are among them), 33 in no pair type.
+  assert {k: analysis["system_accuracy"]["sys"][k] for k in ("value", "low", "high", "n")} == {
+      "value": from_metrics["accuracy"], "low": from_metrics["accuracy_low"],
+      "high": from_metrics["accuracy_high"], "n": 500}
+  assert by_type["all"]["n"] == 200
+  assert analysis["overall_rows"]["all"] == "overall (the 200 items a round annotated, 33 of them in no pair type)"
   groups = [g for g in by_type if g != "all"]
   assert sorted(groups) == sorted(k.partition("/")[2] for k in from_metrics if k.count("/") == 1
                                   and not k.endswith(("_low", "_high")))
   for group in groups:
     assert by_type[group]["value"] == pytest.approx(from_metrics[f"accuracy/{group}"], abs=1e-12), group
     assert by_type[group]["n"] == sum(group in metrics.item_groups(t) for t in targets), group
+    # One interval function and seed in both: the same interval, bound for bound.
+    assert (by_type[group]["low"], by_type[group]["high"]) == (
+        from_metrics[f"accuracy/{group}_low"], from_metrics[f"accuracy/{group}_high"]), group
 
 
 def _annotation_split(folder) -> list[dict]:
@@ -231,3 +242,60 @@ def test_the_quickstart_has_its_asq_splits_and_the_annotation_split_names_its_bi
   assert not any(e["pair_groups"] for e in task.source.examples("heldout"))
   with pytest.raises(ValueError, match=r"no 'annotation' split in the files bound.*bind a 'annotation' file"):
     task.source.examples("annotation")
+
+
+def _metrics_json_and_analysis(n_items: int, seed: int = 0):
+  """(metrics.asq_metric_fn's output, scripts.analyze asq's result) on the same predictions of
+  `n_items` items, the first two thirds annotated (cycling through the pair types, G+E in none)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from t5_tasks import metrics  # pylint: disable=g-import-not-at-top
+  from t5_tasks.sources import asq as asq_source  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(7)
+  kinds = [(1, 3), (2, 3), (1, 1), (1, 2), (2, 4), (1, 4), (0, 3)]
+  annotations = [_ann(f"i{k}", k % 2, k % 2, *kinds[k % len(kinds)]) for k in range(2 * n_items // 3)]
+  gold = [[1, 0] if k % 2 == 0 else [0, 1] for k in range(n_items)]
+  scores = [[float(x) for x in rng.integers(0, 3, size=2)] for _ in range(n_items)]  # ties too
+  by_id = {a.id: asq_source.pair_groups(a.true_qn_type, a.paired_qn_type) for a in annotations}
+  targets = [{"candidate_labels": g, "pair_groups": "|".join(by_id.get(f"i{k}", ()))} for k, g in enumerate(gold)]
+  predictions = [{"id": f"i{k}", "scores": s, "gold": g} for k, (s, g) in enumerate(zip(scores, gold))]
+  return (metrics.asq_metric_fn(targets, scores),
+          asq.analyze(annotations, system_predictions={"sys": predictions}, seed=seed))
+
+
+def test_metrics_json_and_scripts_analyze_give_identical_intervals():
+  """The same predictions: each pair type's accuracy and interval in metrics.json equal scripts.analyze
+  asq's, and metrics.json's `accuracy` (every scored item) is the analysis' system_accuracy, not its
+  "all" row (the annotated items only): the two overall rows are labelled with their populations."""
+  from_metrics, analysis = _metrics_json_and_analysis(90)
+  by_type = analysis["by_pair_type"]["sys"]
+  for group in ("C+E", "C+{C,I}", "C+C", "L+{U,I}"):
+    ours = {k: by_type[group][k] for k in ("value", "low", "high")}
+    assert ours == {"value": from_metrics[f"accuracy/{group}"], "low": from_metrics[f"accuracy/{group}_low"],
+                    "high": from_metrics[f"accuracy/{group}_high"]}, group
+    assert ours["low"] < ours["value"] < ours["high"], group  # a real interval, not a degenerate one
+  overall = analysis["system_accuracy"]["sys"]
+  assert overall["n"] == 90 and by_type["all"]["n"] == 60
+  assert [overall[k] for k in ("value", "low", "high")] == [
+      from_metrics["accuracy"], from_metrics["accuracy_low"], from_metrics["accuracy_high"]]
+  assert analysis["overall_rows"] == {
+      "all": "overall (the 60 items a round annotated, 8 of them in no pair type)",
+      "system_accuracy": "overall (every item the system scored: metrics.json's accuracy)"}
+  assert analysis["warnings"] == []
+  # Another seed draws other intervals, and says that metrics.json's are seed 0.
+  _, reseeded = _metrics_json_and_analysis(90, seed=3)
+  bounds = lambda rows: [(e["low"], e["high"]) for e in rows.values()]
+  assert bounds(reseeded["by_pair_type"]["sys"]) != bounds(by_type)
+  assert reseeded["warnings"] == ["intervals drawn with seed 3; metrics.json's are seed 0, so a system's "
+                                  "intervals here differ from its metrics.json's"]
+
+
+def test_the_shared_interval_on_cases_whose_answer_is_known():
+  """A group all right (or all wrong) has the interval [1, 1] ([0, 0]); one item, its own value; a
+  balanced group's percentile interval holds its mean and lies within the normal approximation's
+  reach (mean 0.5, n 400: 0.5 +- 1.96 * 0.025 = [0.451, 0.549], to a resampling error of ~0.01)."""
+  assert asq.accuracy_interval([1.0] * 20) == {"value": 1.0, "low": 1.0, "high": 1.0, "n": 20}
+  assert asq.accuracy_interval([0.0] * 5)["high"] == 0.0
+  assert asq.accuracy_interval([0.5]) == {"value": 0.5, "low": 0.5, "high": 0.5, "n": 1}
+  balanced = asq.accuracy_interval([1.0, 0.0] * 200)
+  assert balanced["value"] == 0.5
+  assert balanced["low"] == pytest.approx(0.451, abs=0.012) and balanced["high"] == pytest.approx(0.549, abs=0.012)

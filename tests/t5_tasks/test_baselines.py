@@ -1,5 +1,6 @@
 """Lexical baselines on task examples: hand cases and the quickstart data."""
 import pathlib
+import re
 
 import gin
 import numpy as np
@@ -110,3 +111,101 @@ def test_tfidf_advice_on_real_turingadvice_situations(shared_data):
   answers = retriever([{"title": s.title, "selftext": s.selftext, "subreddit": s.subreddit}
                        for s in situations])
   assert len(answers) == len(situations) and all(answers)
+
+
+# ASQ §5 ("Baseline systems performance", Table 5): cosines between narrative and question with
+# text as tf-idf vectors, tf-idf weighted GloVe, averaged GloVe, and content-word overlap.
+TINY_GLOVE = {"coffee": [1.0, 0.0, 2.0], "tired": [0.0, 1.0, 0.5], "sleep": [0.5, 0.5, 0.0],
+              "energize": [0.2, 1.5, -1.0], "addicted": [2.0, -1.0, 0.0], "the": [0.1, 0.1, 0.1],
+              "how": [0.0, 0.3, 0.3], "lesson": [-1.0, 0.0, 1.0]}
+ASQ_ITEMS = [
+    {"id": "a", "inputs": "I am tired, I did not sleep and the coffee had no effect before the lesson.",
+     "candidates": ["Is it possible to be addicted to coffee?", "How can I energize myself?"],
+     "candidate_labels": [0, 1]},
+    {"id": "b", "inputs": "I drink six cups of coffee a day, coffee is all I think about.",
+     "candidates": ["Am I addicted to coffee?", "How do I sleep when tired?"], "candidate_labels": [1, 0]},
+    {"id": "c", "inputs": "Zebras quietly graze.",  # no word with a vector: its GloVe cosines are 0
+     "candidates": ["Why graze zebras?", "How sleep?"], "candidate_labels": [1, 0]},
+]
+
+
+def _write_glove(path, vectors) -> str:
+  path.write_text("".join(f"{w} {' '.join(repr(x) for x in v)}\n" for w, v in vectors.items()))
+  return str(path)
+
+
+def _glove_features_by_numpy(items, vectors):
+  """The two GloVe cosines of each (narrative, question), computed here from their definitions:
+  tf-idf weights as sklearn's TfidfVectorizer(stop_words='english', sublinear_tf=True) makes them
+  (tf 1 + ln count, idf ln((1 + n) / (1 + df)) + 1, fitted on every narrative and question)."""
+  from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # pylint: disable=g-import-not-at-top
+  words = lambda text: re.findall(r"\b\w\w+\b", text.lower())
+  content = lambda text: [w for w in words(text) if w not in ENGLISH_STOP_WORDS]
+  corpus = [e["inputs"] for e in items] + [q for e in items for q in e["candidates"]]
+  df = {}
+  for text in corpus:
+    for w in set(content(text)):
+      df[w] = df.get(w, 0) + 1
+  idf = {w: np.log((1 + len(corpus)) / (1 + n)) + 1 for w, n in df.items()}
+
+  def weighted(text):
+    counts = {w: content(text).count(w) for w in set(content(text))}
+    return sum(((1 + np.log(c)) * idf[w] * np.asarray(vectors[w]) for w, c in counts.items() if w in vectors),
+               np.zeros(3))
+
+  def mean(text):
+    found = [vectors[w] for w in words(text) if w in vectors]
+    return np.mean(found, axis=0) if found else np.zeros(3)
+
+  def cos(a, b):
+    return 0.0 if not a.any() or not b.any() else float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+  return np.asarray([[[cos(f(e["inputs"]), f(q)) for f in (weighted, mean)] for q in e["candidates"]]
+                     for e in items])
+
+
+def test_asq_similarity_glove_features_equal_numpy_on_a_tiny_glove_file(tmp_path):
+  glove = asq_similarity.read_glove(_write_glove(tmp_path / "tiny.txt", TINY_GLOVE))
+  assert glove.dim == 3 and glove.lines == len(TINY_GLOVE)
+  model = asq_similarity.AsqSimilarity(glove).fit(ASQ_ITEMS)
+  assert model.feature_names == ("tfidf_cosine", "content_overlap", "tfidf_glove_cosine", "mean_glove_cosine")
+  features = model.features(ASQ_ITEMS)
+  expected = _glove_features_by_numpy(ASQ_ITEMS, TINY_GLOVE)
+  assert expected[:2].min() != 0 and (expected[2] == 0).all()  # the cases hold what they are for
+  np.testing.assert_allclose(features[..., 2:], expected, rtol=1e-12, atol=1e-12)
+  # The lexical features are the two-feature baseline's, unchanged.
+  np.testing.assert_allclose(features[..., :2], asq_similarity.AsqSimilarity().fit(ASQ_ITEMS).features(ASQ_ITEMS))
+  assert model.glove_coverage(ASQ_ITEMS) == {"texts": 9, "texts_without_vector": 2}  # "Zebras ..." and its 1st
+  # Only the words asked for are kept; the file is read whole either way.
+  kept = asq_similarity.read_glove(str(tmp_path / "tiny.txt"), {"coffee", "zebras"})
+  assert set(kept.vectors) == {"coffee"} and kept.lines == len(TINY_GLOVE)
+
+
+def test_asq_similarity_names_itself_by_its_features(tmp_path):
+  reduced = asq_similarity.AsqSimilarity().fit(ASQ_ITEMS)
+  assert reduced.name == ("asq_similarity (tf-idf + overlap; no GloVe file: the paper's word-vector "
+                          "features are off)")
+  assert set(reduced.weights) == {"tfidf_cosine", "content_overlap"}
+  path = _write_glove(tmp_path / "tiny.txt", TINY_GLOVE)
+  full = asq_similarity.AsqSimilarity(asq_similarity.read_glove(path)).fit(ASQ_ITEMS)
+  assert full.name == ("asq_similarity (the paper's features: tf-idf, tf-idf-weighted GloVe, averaged GloVe, "
+                       f"overlap; GloVe file {path}, dim 3)")
+  assert len(full.weights) == 4
+  swapped = [{**e, "candidates": e["candidates"][::-1], "candidate_labels": e["candidate_labels"][::-1]}
+             for e in ASQ_ITEMS]
+  assert np.allclose(np.asarray(full.score(swapped)), np.asarray(full.score(ASQ_ITEMS))[:, ::-1])
+
+
+@pytest.mark.parametrize("lines, message", [
+    ("the 0.1 0.2\ncat 0.3 x\n", r"line 2: field 3: 'x' is not a finite number"),
+    ("the 0.1 0.2\ncat 0.3\n", r"line 2: field 3: 1 numbers after the word 'cat', but line 1 has 2"),
+    ("the 0.1 0.2\ncat 0.3 0.4 0.5\n", r"line 2: field 4: 3 numbers after the word 'cat', but line 1 has 2"),
+    ("the 0.1 0.2\n\n", r"line 2: field 1: empty word"),
+    ("the 0.1 0.2\nthe 0.3 0.4\n", r"line 2: field 1: word 'the' already given at line 1"),
+    ("the 0.1 nan\n", r"line 1: field 3: 'nan' is not a finite number"),
+    ("the\n", r"line 1: field 2: missing"),
+])
+def test_read_glove_refuses_a_malformed_line_naming_file_line_and_field(tmp_path, lines, message):
+  path = tmp_path / "bad_glove.txt"
+  path.write_text(lines)
+  with pytest.raises(ValueError, match=re.escape(str(path)) + ": " + message):
+    asq_similarity.read_glove(str(path))
