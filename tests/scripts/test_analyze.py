@@ -39,6 +39,13 @@ def test_turingadvice_on_the_real_file(capsys, tmp_path, shared_data):
   rate = analysis["preference_rates"]["T5-11B"]
   assert "T5-11B" in console and f"{rate['value']:.3f} [{rate['low']:.3f}, {rate['high']:.3f}]" in console
   assert "Improvement (Fig. 5)" in console and "Preference rate by domain" in console
+  # Each table says what its figures are over: this file's 100 situations, not the paper's round of 200.
+  over = "over 100 situations, not the whole round (the paper's figures: all 200)"
+  titles = [line for line in console.splitlines() if over in line]
+  assert len(titles) == 5 and analysis["population"]["n_situations"] == 100
+  fig7 = console[console.index("Fig. 7 beside the paper"):]
+  t5 = next(line for line in fig7.splitlines() if line.startswith("T5-11B") and "never helpful" in line)
+  assert "(93 lost of 100 situations)" in t5 and "26% (§5.1), 31% (Fig. 7 caption), over 200 situations" in t5
 
 
 def test_asq_with_system_predictions_on_quickstart(capsys, tmp_path):
