@@ -35,6 +35,18 @@ PROTOCOLS = ("base", "single_task", "multitask", "cross_task", "cross_cluster")
 TABLE_3_CLUSTERS = ("context", "no_context", "hate_speech")  # Table 3's three; §6 adds same-dataset ones
 MICROBATCH = 8  # gin/recipes/heap/reward_model.gin: BATCH_SIZE = 8 rows × Table 4's accumulation
 RECIPES = "gin/recipes/heap"
+# §5's hyper-parameter search "on the validation set": learning rate (2e-5, 2e-4, 3e-4), gradient
+# accumulation (4 to 128) and epochs (1-20), every combination (scripts.heap --sweep=paper). EPOCHS
+# is no gin macro: a point's TRAIN_STEPS = ceil(EPOCHS x its train examples / BATCH_SIZE), as
+# `plan` counts Table 4's epochs. §5's instruction dimension is every phrasing of HEAP's
+# instructions.json (INSTRUCTION_TEMPLATE, with Table 5's first) when the file is bound; truncation
+# and label input have no setting here and stay Table 4's (SECTION_5_FIXED).
+SECTION_5_GRID = {"LEARNING_RATE": (2e-5, 2e-4, 3e-4), "ACCUMULATION_STEPS": (4, 8, 16, 32, 64, 128),
+                  "EPOCHS": tuple(range(1, 21))}
+INSTRUCTION_TEMPLATE = "t5_tasks.families.heap_instruction.template"
+SECTION_5_FIXED = {
+    "truncation": "right (seqio cuts the end of the inputs; Table 4 truncates every task on the right)",
+    "label_input": "Table 4's per criterion (t5_tasks.heap.HEAP_CRITERIA[...].label_input; no gin setting)"}
 
 
 def _figures(text: str) -> dict[str, tuple[tuple[float, float], ...]]:
@@ -179,6 +191,41 @@ def training_command(run: Run, model_gin: str) -> tuple[list[str], list[str]]:
                  f"TRAIN_STEPS = {run.train_steps}", f"ACCUMULATION_STEPS = {run.accumulation_steps}",
                  f"BATCH_SIZE = {run.batch_size}", f"LEARNING_RATE = {run.learning_rate!r}",
                  f"SEED = {run.seed}"]
+
+
+# The grid names a sweep's point sets through its Run (the rest are bound as they are), and the
+# ones it may not name: set for each point from others.
+SWEEP_RUN_FIELDS = ("LEARNING_RATE", "ACCUMULATION_STEPS", "EPOCHS", "SEED")
+SWEEP_RESERVED = {"BATCH_SIZE": "it is --microbatch x ACCUMULATION_STEPS (sweep ACCUMULATION_STEPS)",
+                  "TRAIN_STEPS": "it is EPOCHS x the train examples / BATCH_SIZE, or --train_steps (sweep EPOCHS)",
+                  "MIXTURE_OR_TASK_NAME": "--protocol and --targets choose it",
+                  "EVAL_MIXTURE_OR_TASK_NAME": "the sweep scores the run's target (heap_multitask's criteria)"}
+
+
+def sweep_point(run: Run, values: Mapping, model_dir: str) -> tuple[Run, list[str]]:
+  """One point of a sweep of `run`: the run with the point's LEARNING_RATE, ACCUMULATION_STEPS
+  (BATCH_SIZE = microbatch x accumulation), EPOCHS and SEED in place of Table 4's and --seeds',
+  its steps counted again (ceil(epochs x train examples / batch)) unless --train_steps fixed them,
+  in `model_dir`; and the point's other names as gin bindings."""
+  fields = {"model_dir": model_dir}
+  if "LEARNING_RATE" in values:
+    fields["learning_rate"] = float(values["LEARNING_RATE"])
+  if "ACCUMULATION_STEPS" in values:
+    accumulation = int(values["ACCUMULATION_STEPS"])
+    fields.update(accumulation_steps=accumulation,
+                  batch_size=run.batch_size // run.accumulation_steps * accumulation)
+  if "SEED" in values:
+    fields["seed"] = int(values["SEED"])
+  if "EPOCHS" in values:
+    if run.train_examples is None:
+      raise ValueError("sweep grid: EPOCHS: --train_steps fixes every point's steps; drop EPOCHS from the grid "
+                       "or --train_steps")
+    fields["epochs"] = int(values["EPOCHS"])
+  point = dataclasses.replace(run, **fields)
+  if point.train_examples is not None:
+    point = dataclasses.replace(point, train_steps=max(1, math.ceil(point.epochs * point.train_examples
+                                                                    / point.batch_size)))
+  return point, [f"{name} = {value!r}" for name, value in values.items() if name not in SWEEP_RUN_FIELDS]
 
 
 def evaluation_command(run: Run, target: str, model_gin: str, task_name: Callable[[str], str]):
