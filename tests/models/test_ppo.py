@@ -7,7 +7,6 @@ over a six-id vocabulary.
 These are what PPO optimises and reports; a sign, an off-by-one at the response's end or a mask in
 the wrong place trains a policy that still runs, only wrongly, so each is checked by value.
 """
-import itertools
 
 import jax
 import jax.numpy as jnp
