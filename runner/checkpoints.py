@@ -314,6 +314,15 @@ def load_params(path, model_config: T5Config | None = None,
   return config, params
 
 
+def load_reward_model(path, what: str, partitioner: partitioning.Partitioner | None = None):
+  """`load_params` of a reward model (its own architecture); one without a head is refused,
+  named as `what` (the gin macro that gave `path`)."""
+  config, params = load_params(path, None, partitioner)
+  if reward_lib.HEAD not in params:
+    raise ValueError(f"{what} {path} has no '{reward_lib.HEAD}': train it with OBJECTIVE='pairwise' or 'listwise'")
+  return config, params
+
+
 class PreemptionGuard:
   """Turns SIGTERM (TPU preemption, `kill`) and SIGINT (Ctrl-C) into a flag a long loop checks at
   its boundaries (a training step, a batch of items), so that it stops there with what it did kept:

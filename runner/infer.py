@@ -21,7 +21,6 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from models import decoding
-from models import reward as reward_lib
 from models.config import T5Config
 from runner import checkpoints
 from runner import configs
@@ -135,12 +134,8 @@ def _load(checkpoint_path, model_config, reward_checkpoint_path, partitioner: pa
   """((config, params), reward model or None) on the partitioner's mesh (every process's devices)."""
   partitioner.check_batch_size(batch_size)
   model = checkpoints.load_params(checkpoint_path, model_config, partitioner)
-  reward_model = None
-  if reward_checkpoint_path:
-    reward_model = checkpoints.load_params(reward_checkpoint_path, None, partitioner)
-    if reward_lib.HEAD not in reward_model[1]:
-      raise ValueError(f"REWARD_CHECKPOINT_PATH {reward_checkpoint_path} has no '{reward_lib.HEAD}': "
-                       "train it with OBJECTIVE='pairwise' or 'listwise'")
+  reward_model = (checkpoints.load_reward_model(reward_checkpoint_path, "REWARD_CHECKPOINT_PATH", partitioner)
+                  if reward_checkpoint_path else None)
   return model, reward_model
 
 

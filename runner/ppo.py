@@ -111,19 +111,16 @@ def load_models(ppo: configs.PPOConfig, model_config: T5Config, partitioner: par
   reference = {name: value for name, value in reference.items() if name != reward_lib.HEAD}
   reward_params = None
   if ppo.reward_checkpoint_path:
-    reward_config, reward_params = checkpoints.load_params(ppo.reward_checkpoint_path, None, partitioner)
-    if reward_lib.HEAD not in reward_params:
-      raise ValueError(f"REWARD_CHECKPOINT_PATH {ppo.reward_checkpoint_path} has no '{reward_lib.HEAD}': "
-                       "train it with OBJECTIVE='pairwise' or 'listwise'")
+    reward_config, reward_params = checkpoints.load_reward_model(ppo.reward_checkpoint_path, "REWARD_CHECKPOINT_PATH",
+                                                                 partitioner)
     score = reward_model_score(reward_config)
   elif score is None:
     raise ValueError("REWARD_CHECKPOINT_PATH is None: PPO needs a reward model (a reward run's "
                      "MODEL_DIR/normalized, or scripts.normalize_reward's output)")
   if ppo.value_checkpoint_path:
-    value_config, initial_value = checkpoints.load_params(ppo.value_checkpoint_path, None, partitioner)
-    if reward_lib.HEAD not in initial_value:
-      raise ValueError(f"VALUE_CHECKPOINT_PATH {ppo.value_checkpoint_path} has no '{reward_lib.HEAD}': "
-                       "the value function starts from a reward model")
+    # The value function starts from a reward model (B.1), its head read at every position.
+    value_config, initial_value = checkpoints.load_reward_model(ppo.value_checkpoint_path, "VALUE_CHECKPOINT_PATH",
+                                                                partitioner)
   elif reward_params is not None:  # B.1: "initializing ... our value functions to the reward model"
     value_config, initial_value = reward_config, reward_params
   else:
@@ -326,9 +323,7 @@ def train(*, model_config: T5Config, prompts: configs.DatasetConfig | train_lib.
   if not dataset.task_feature_lengths or "targets" not in dataset.task_feature_lengths:
     raise ValueError("TASK_FEATURE_LENGTHS must be bound with 'inputs' (the prompts) and 'targets' "
                      "(the longest response sampled), e.g. {'inputs': 512, 'targets': 49}")
-  storage.check_reachable(model_dir, "MODEL_DIR")
-  if storage.is_file(model_dir):
-    raise ValueError(f"MODEL_DIR {model_dir} is a file: name a folder (a new one, or a run's to resume)")
+  train_lib.check_model_dir(model_dir)
   partitioner.initialize()
   tasks = data.tasks_with_split(dataset.mixture_or_task_name, dataset.split) if from_tasks else []
   check_settings(ppo, batch_size=dataset.batch_size, data_axis=partitioner.batch_blocks())

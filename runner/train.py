@@ -207,6 +207,13 @@ def _check_data_record(model_dir, record: dict, resuming: bool) -> dict:
   return recorded
 
 
+def check_model_dir(model_dir) -> None:
+  """Refuses a MODEL_DIR whose storage is unreachable, or that is a file."""
+  storage.check_reachable(model_dir, "MODEL_DIR")
+  if storage.is_file(model_dir):
+    raise ValueError(f"MODEL_DIR {model_dir} is a file: name a folder (a new one, or a run's to resume)")
+
+
 def remove_empty(folders) -> None:
   """Deletes each local folder of `folders` that holds nothing (a bucket has no empty folders)."""
   for folder in folders:
@@ -274,9 +281,7 @@ def train(*, model_config: T5Config, train_dataset: configs.DatasetConfig | Batc
   if training.normalize_reward_task is not None and not goal.reward_head:
     raise ValueError(f"normalize_reward_task needs a reward model (OBJECTIVE 'pairwise' or 'listwise'), "
                      f"not {training.objective!r}")
-  storage.check_reachable(model_dir, "MODEL_DIR")
-  if storage.is_file(model_dir):
-    raise ValueError(f"MODEL_DIR {model_dir} is a file: name a folder (a new one, or a run's to resume)")
+  check_model_dir(model_dir)
   partitioner.initialize()
   host_memory.reuse_freed_memory()
   if training.normalize_reward_task is not None and jax.process_count() > 1:
